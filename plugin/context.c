@@ -1,0 +1,105 @@
+#include "plugin/context.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/cuda_device.h"
+#include "plugin/status.h"
+
+enum { kSm70 = 70 };
+
+void sm70_log(const sm70ops_context *ctx, sm70ops_log_level level, const char *format, ...) {
+  if (ctx->log_fn == NULL || level > ctx->log_level) return;
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(line, sizeof(line), format, args);
+  va_end(args);
+  ctx->log_fn(ctx->log_user_data, level, line);
+}
+
+static void log_setting(void *user, sm70ops_log_level level, const char *text) {
+  sm70_log((const sm70ops_context *)user, level, "sm70ops: %s", text);
+}
+
+/* Asks the CUDA runtime for the device's compute capability; no device is not an error. */
+static sm70ops_status query_device(sm70ops_context *ctx) {
+  sm70_cuda_error err;
+  int32_t count = 0;
+  if (sm70_cuda_device_count(&count, &err) != 0) return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
+  if (ctx->device_ordinal >= count) {
+    snprintf(ctx->no_device_note, sizeof(ctx->no_device_note),
+             count == 0 ? "no CUDA device" : "device %d requested but only %d CUDA devices",
+             ctx->device_ordinal, count);
+    return sm70_ok();
+  }
+  sm70_cuda_props props;
+  if (sm70_cuda_device_props(ctx->device_ordinal, &props, &err) != 0) {
+    return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
+  }
+  ctx->compute_capability = props.compute_capability;
+  return sm70_ok();
+}
+
+static sm70ops_status check_desc(const sm70ops_context_desc *desc, sm70ops_context **out) {
+  if (out == NULL) return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "context_create: out is NULL");
+  *out = NULL;
+  if (desc == NULL) return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "context_create: desc is NULL");
+  if (desc->struct_size != sizeof(sm70ops_context_desc)) {
+    return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT,
+                     "context_create: desc struct_size %u, this plugin knows %zu (ABI %d.%d)",
+                     desc->struct_size, sizeof(sm70ops_context_desc), SM70OPS_ABI_MAJOR,
+                     SM70OPS_ABI_MINOR);
+  }
+  if (desc->device_ordinal < 0) {
+    return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "context_create: device_ordinal %d < 0",
+                     desc->device_ordinal);
+  }
+  if (desc->compute_capability < 0 || desc->compute_capability > 999) {
+    return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT,
+                     "context_create: compute_capability %d is not major*10+minor",
+                     desc->compute_capability);
+  }
+  return sm70_ok();
+}
+
+sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_context **out) {
+  sm70ops_status status = check_desc(desc, out);
+  if (status != SM70OPS_OK) return status;
+  sm70ops_context *ctx = calloc(1, sizeof(*ctx));
+  if (ctx == NULL) return sm70_fail(SM70OPS_ERR_INTERNAL, "context_create: out of host memory");
+  ctx->device_ordinal = desc->device_ordinal;
+  ctx->log_level = desc->log_level;
+  ctx->log_fn = desc->log_fn;
+  ctx->log_user_data = desc->log_user_data;
+  sm70_settings_read(getenv, log_setting, ctx, &ctx->settings);
+  ctx->compute_capability = desc->compute_capability;
+  ctx->capability_from_host = desc->compute_capability != 0;
+  status = ctx->capability_from_host ? sm70_ok() : query_device(ctx);
+  if (status != SM70OPS_OK) {
+    free(ctx);
+    return status;
+  }
+  if (ctx->compute_capability == 0) {
+    sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s: every op will decline", ctx->no_device_note);
+  } else {
+    sm70_log(ctx, SM70OPS_LOG_INFO, "sm70ops: device %d, compute capability %d.%d%s%s",
+             ctx->device_ordinal, ctx->compute_capability / 10, ctx->compute_capability % 10,
+             ctx->capability_from_host ? " (given by the host)" : "",
+             sm70_context_arch_allowed(ctx) ? "" : ": not SM70, every op will decline");
+  }
+  *out = ctx;
+  return sm70_ok();
+}
+
+void sm70_context_destroy(sm70ops_context *ctx) { free(ctx); }
+
+int32_t sm70_context_arch_allowed(const sm70ops_context *ctx) {
+  if (ctx->compute_capability == kSm70) return 1;
+  for (int32_t i = 0; i < ctx->settings.allowed_arch_count; ++i) {
+    if (ctx->settings.allowed_archs[i] == ctx->compute_capability) return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,29 @@
+/* The context: device, compute capability and settings, fixed at creation. */
+#ifndef SM70OPS_PLUGIN_CONTEXT_H_
+#define SM70OPS_PLUGIN_CONTEXT_H_
+
+#include "abi/sm70ops.h"
+#include "plugin/env.h"
+
+struct sm70ops_context {
+  int32_t device_ordinal;
+  int32_t compute_capability;     /* 0: no usable device (see no_device_note) */
+  int32_t capability_from_host;   /* 1: given in the descriptor; execute checks it on the device */
+  sm70ops_log_level log_level;
+  sm70ops_log_fn log_fn;
+  void *log_user_data;
+  sm70_settings settings;
+  char no_device_note[160];
+};
+
+sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_context **out);
+void sm70_context_destroy(sm70ops_context *ctx);
+
+/* printf-style logging through the host's callback; dropped when above ctx->log_level. */
+void sm70_log(const sm70ops_context *ctx, sm70ops_log_level level, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* 1 when ctx's compute capability is SM70 or in the SM70OPS_ALLOW_ARCH list. */
+int32_t sm70_context_arch_allowed(const sm70ops_context *ctx);
+
+#endif /* SM70OPS_PLUGIN_CONTEXT_H_ */

@@ -1,0 +1,110 @@
+#include "plugin/env.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { kBoolOff = 0, kBoolOn = 1, kBoolMalformed = 2 } bool_value;
+
+static bool_value parse_bool(const char *text) {
+  static const char *const kOn[] = {"1", "true", "on", "yes"};
+  static const char *const kOff[] = {"0", "false", "off", "no"};
+  for (size_t i = 0; i < sizeof(kOn) / sizeof(kOn[0]); ++i) {
+    if (strcasecmp(text, kOn[i]) == 0) return kBoolOn;
+    if (strcasecmp(text, kOff[i]) == 0) return kBoolOff;
+  }
+  return kBoolMalformed;
+}
+
+/* The boolean switches: variable, where the result goes, and which value means "off". */
+typedef struct bool_switch {
+  const char *name;
+  size_t field; /* offsetof(sm70_settings, ...) */
+  int32_t disabling_value; /* the parsed value that turns the thing off */
+} bool_switch;
+
+static const bool_switch kSwitches[] = {
+    {"SM70OPS_DISABLE", offsetof(sm70_settings, plugin_disabled), kBoolOn},
+    {"SM70OPS_DISABLE_QSA_INDEX", offsetof(sm70_settings, qsa_index_disabled), kBoolOn},
+    {"SM70OPS_DISABLE_QSA_ATTN", offsetof(sm70_settings, qsa_attn_disabled), kBoolOn},
+    {"SM70OPS_DISABLE_NVFP4_MOE", offsetof(sm70_settings, nvfp4_moe_disabled), kBoolOn},
+    /* The seed engine's switch keeps its meaning: 0 turns the indexer fast path off. */
+    {"VLLM_SM70_QSA_INDEXER_CUBLAS", offsetof(sm70_settings, qsa_index_disabled), kBoolOff},
+};
+
+static const char kAllowArch[] = "SM70OPS_ALLOW_ARCH";
+
+static void turn_plugin_off(sm70_settings *s, sm70_note_fn note, void *user, const char *why) {
+  if (!s->plugin_disabled) snprintf(s->plugin_disabled_note, sizeof(s->plugin_disabled_note), "%s", why);
+  s->plugin_disabled = 1;
+  if (note) note(user, SM70OPS_LOG_ERROR, why);
+}
+
+static void read_switch(const bool_switch *sw, const char *text, sm70_note_fn note, void *user,
+                        sm70_settings *s) {
+  char line[SM70_ENV_NOTE_BYTES];
+  bool_value v = parse_bool(text);
+  if (v == kBoolMalformed) {
+    snprintf(line, sizeof(line), "%s='%.40s' is not one of 0/1/true/false/on/off/yes/no: plugin off",
+             sw->name, text);
+    turn_plugin_off(s, note, user, line);
+    return;
+  }
+  int32_t off = (int32_t)v == sw->disabling_value;
+  if (off) *(int32_t *)((char *)s + sw->field) = 1;
+  snprintf(line, sizeof(line), "%s=%s: %s", sw->name, text, off ? "switched off" : "no effect");
+  if (note) note(user, SM70OPS_LOG_INFO, line);
+  if (off && sw->field == offsetof(sm70_settings, plugin_disabled)) {
+    snprintf(s->plugin_disabled_note, sizeof(s->plugin_disabled_note), "%s", line);
+  }
+}
+
+/* "90", "sm_90", "9.0" and comma-separated lists of them. */
+static int32_t parse_arch(const char *item, size_t len, int32_t *cc) {
+  char buf[16];
+  if (len == 0 || len >= sizeof(buf)) return 0;
+  memcpy(buf, item, len);
+  buf[len] = '\0';
+  const char *digits = strncasecmp(buf, "sm_", 3) == 0 ? buf + 3 : buf;
+  char *end = NULL;
+  long major_minor = strtol(digits, &end, 10);
+  if (*end == '.') {
+    long minor = strtol(end + 1, &end, 10);
+    if (minor < 0 || minor > 9) return 0;
+    major_minor = major_minor * 10 + minor;
+  }
+  if (end == digits || *end != '\0' || major_minor < 10 || major_minor > 999) return 0;
+  *cc = (int32_t)major_minor;
+  return 1;
+}
+
+static void read_allow_arch(const char *text, sm70_note_fn note, void *user, sm70_settings *s) {
+  char line[SM70_ENV_NOTE_BYTES];
+  for (const char *item = text; *item != '\0';) {
+    size_t len = strcspn(item, ",");
+    int32_t cc = 0;
+    if (!parse_arch(item, len, &cc) || s->allowed_arch_count == SM70_MAX_ALLOWED_ARCHS) {
+      snprintf(line, sizeof(line), "%s='%.40s' is not a list of up to %d compute capabilities "
+               "like 90,sm_80,8.6: plugin off", kAllowArch, text, SM70_MAX_ALLOWED_ARCHS);
+      s->allowed_arch_count = 0;
+      turn_plugin_off(s, note, user, line);
+      return;
+    }
+    s->allowed_archs[s->allowed_arch_count++] = cc;
+    item += len + (item[len] == ',');
+  }
+  snprintf(line, sizeof(line), "%s=%s: validation on these non-SM70 GPUs allowed", kAllowArch, text);
+  if (note) note(user, SM70OPS_LOG_WARN, line);
+}
+
+void sm70_settings_read(sm70_getenv_fn get, sm70_note_fn note, void *user, sm70_settings *out) {
+  memset(out, 0, sizeof(*out));
+  for (size_t i = 0; i < sizeof(kSwitches) / sizeof(kSwitches[0]); ++i) {
+    const char *text = get(kSwitches[i].name);
+    if (text != NULL && text[0] != '\0') read_switch(&kSwitches[i], text, note, user, out);
+  }
+  const char *archs = get(kAllowArch);
+  if (archs != NULL && archs[0] != '\0') read_allow_arch(archs, note, user, out);
+}

@@ -1,0 +1,184 @@
+/* Op 3, grouped NVFP4 MoE (W4A16), and op 4, its one-time weight repack: argument checks,
+ * supported shapes, dispatch. */
+#include "plugin/op.h"
+
+/* What the fast path runs. The capability check and the dispatch both read this one table. */
+typedef struct nvfp4_moe_shape {
+  int32_t max_experts;  /* E */
+  int32_t max_topk;     /* routed experts per token */
+  int32_t h_multiple;   /* hidden size H: a multiple of this */
+  int32_t i_multiple;   /* expert intermediate size I (per TP rank): a multiple of this */
+  sm70ops_route route;
+  sm70_launch_fn launch;  /* NULL: the kernel is not in this build */
+  sm70_launch_fn prepare; /* NULL: the repack is not in this build */
+} nvfp4_moe_shape;
+
+static const nvfp4_moe_shape kShapes[] = {
+    {.max_experts = 512, .max_topk = 16, .h_multiple = 64, .i_multiple = 64,
+     .route = SM70OPS_ROUTE_NVFP4_MOE_WMMA},
+};
+
+enum { kBlock = 16 };   /* NVFP4: one e4m3 scale per 16 weights */
+enum { kAlign = 16 };   /* payload and scale bases: 16-byte loads */
+
+typedef struct moe_dims {
+  int64_t experts, hidden, inter;
+} moe_dims;
+
+/* The checkpoint layout of ops.md, relative to E, I (from w13) and H (from w13 or x). */
+static int32_t check_weights(const sm70ops_context *ctx, const sm70ops_nvfp4_weights *w,
+                             int32_t need_data, moe_dims *dims, sm70_plan *plan) {
+  const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
+  if (w == NULL) return sm70_decline(plan, bad, "weights is NULL");
+  if (w->struct_size != sizeof(*w)) {
+    return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE, "weights struct_size %u, this plugin "
+                        "knows %zu", w->struct_size, sizeof(*w));
+  }
+  if (w->reserved0 != 0) return sm70_decline(plan, bad, "weights reserved0 must be 0");
+  const sm70_tensor_spec w13_spec = {.name = "w13", .dtype = SM70_U8, .rank = 3, .contiguous = 1,
+                                     .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
+  if (!sm70_check_tensors(ctx, need_data, &w->w13, &w13_spec, 1, plan)) return 0;
+  int64_t e = w->w13->shape[0], two_i = w->w13->shape[1], h = w->w13->shape[2] * 2;
+  if (e < 1 || two_i < 2 || two_i % 2 != 0 || h % kBlock != 0) {
+    return sm70_decline(plan, bad, "w13 [%lld, %lld, %lld]: need E >= 1, 2I even, H %% 16 == 0",
+                        (long long)e, (long long)two_i, (long long)h / 2);
+  }
+  int64_t i = two_i / 2;
+  if (i % kBlock != 0) return sm70_decline(plan, bad, "I = %lld is not a multiple of 16", (long long)i);
+  const sm70_tensor_spec specs[] = {
+      {.name = "w13_scale", .dtype = SM70_U8, .rank = 3, .contiguous = 1, .shape = {e, two_i, h / kBlock}},
+      {.name = "w13_scale_2", .dtype = SM70_F32, .rank = 2, .contiguous = 1, .shape = {e, 2}},
+      {.name = "w2", .dtype = SM70_U8, .rank = 3, .contiguous = 1, .shape = {e, h, i / 2}},
+      {.name = "w2_scale", .dtype = SM70_U8, .rank = 3, .contiguous = 1, .shape = {e, h, i / kBlock}},
+      {.name = "w2_scale_2", .dtype = SM70_F32, .rank = 1, .contiguous = 1, .shape = {e}},
+  };
+  const DLTensor *tensors[] = {w->w13_scale, w->w13_scale_2, w->w2, w->w2_scale, w->w2_scale_2};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 5, plan)) return 0;
+  *dims = (moe_dims){.experts = e, .hidden = h, .inter = i};
+  return 1;
+}
+
+static int32_t check_activations(const sm70ops_context *ctx, const sm70ops_nvfp4_moe_args *a,
+                                 int32_t need_data, const moe_dims *dims, sm70_plan *plan) {
+  const sm70_tensor_spec ids_spec = {.name = "topk_ids", .dtype = SM70_I32, .rank = 2,
+                                     .shape = {SM70_ANY, SM70_ANY}};
+  if (!sm70_check_tensors(ctx, need_data, &a->topk_ids, &ids_spec, 1, plan)) return 0;
+  int64_t rows = a->topk_ids->shape[0], topk = a->topk_ids->shape[1];
+  const sm70_tensor_spec specs[] = {
+      {.name = "topk_weights", .dtype = SM70_F32, .rank = 2, .shape = {rows, topk}},
+      {.name = "x", .dtype = SM70_F16, .rank = 2, .vector_rows = 1, .model_dtype = 1,
+       .shape = {rows, dims->hidden}},
+      {.name = "out", .dtype = SM70_F16, .rank = 2, .vector_rows = 1, .model_dtype = 1,
+       .shape = {rows, dims->hidden}},
+  };
+  const DLTensor *tensors[] = {a->topk_weights, a->x, a->out};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 3, plan)) return 0;
+  if (topk < 1) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "topk_ids has 0 columns");
+  if (rows * topk > INT32_MAX) {
+    return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE, "T x top-k = %lld routed rows exceed "
+                        "32-bit indexing", (long long)(rows * topk));
+  }
+  return 1;
+}
+
+static const nvfp4_moe_shape *match_shape(const moe_dims *d, int64_t topk, sm70_plan *plan) {
+  for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
+    const nvfp4_moe_shape *s = &kShapes[i];
+    if (d->experts <= s->max_experts && topk <= s->max_topk && d->hidden % s->h_multiple == 0 &&
+        d->inter % s->i_multiple == 0) {
+      return s;
+    }
+  }
+  sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+               "E %lld, top-k %lld, H %lld, I %lld: the fast path runs E <= %d, top-k <= %d, H a "
+               "multiple of %d, I a multiple of %d",
+               (long long)d->experts, (long long)topk, (long long)d->hidden, (long long)d->inter,
+               kShapes[0].max_experts, kShapes[0].max_topk, kShapes[0].h_multiple,
+               kShapes[0].i_multiple);
+  return NULL;
+}
+
+static int32_t check_weight_bases(const sm70ops_nvfp4_weights *w, sm70_plan *plan) {
+  const DLTensor *const tensors[] = {w->w13, w->w13_scale, w->w2, w->w2_scale};
+  static const char *const kNames[] = {"w13", "w13_scale", "w2", "w2_scale"};
+  for (int32_t i = 0; i < 4; ++i) {
+    if ((uintptr_t)sm70_tensor_base(tensors[i]) % kAlign != 0) {
+      return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "%s: data + byte_offset is not "
+                          "%d-byte aligned", kNames[i], kAlign);
+    }
+  }
+  return 1;
+}
+
+static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t need_data,
+                           sm70_plan *plan) {
+  const sm70ops_nvfp4_moe_args *a = args;
+  if (a->reserved0 != 0) {
+    sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "reserved0 must be 0");
+    return;
+  }
+  /* With repacked weights the checkpoint tensors only describe the shapes. */
+  int32_t need_weight_data = need_data && a->prepared == NULL;
+  moe_dims dims;
+  const sm70_tensor_spec prepared_spec = {.name = "prepared", .dtype = SM70_U8, .rank = 1,
+                                          .optional = 1, .vector_rows = 1, .shape = {SM70_ANY}};
+  if (!check_weights(ctx, a->weights, need_weight_data, &dims, plan) ||
+      !check_activations(ctx, a, need_data, &dims, plan) ||
+      !sm70_check_tensors(ctx, need_data, &a->prepared, &prepared_spec, 1, plan)) {
+    return;
+  }
+  const nvfp4_moe_shape *shape = match_shape(&dims, a->topk_ids->shape[1], plan);
+  if (shape == NULL || !check_weight_bases(a->weights, plan)) return;
+  if (shape->launch == NULL) {
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "nvfp4_moe: the SM70 kernel is not in this "
+                 "build");
+    return;
+  }
+  plan->route = shape->route;
+  plan->launch = shape->launch;
+  plan->shape = shape;
+  plan->work_items = a->topk_ids->shape[0];
+}
+
+static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t need_data,
+                         sm70_plan *plan) {
+  const sm70ops_nvfp4_moe_prepare_args *a = args;
+  if (a->reserved0 != 0) {
+    sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "reserved0 must be 0");
+    return;
+  }
+  moe_dims dims;
+  if (!check_weights(ctx, a->weights, need_data, &dims, plan)) return;
+  const sm70_tensor_spec spec = {.name = "prepared", .dtype = SM70_U8, .rank = 1,
+                                 .vector_rows = 1, .shape = {SM70_ANY}};
+  if (!sm70_check_tensors(ctx, need_data, &a->prepared, &spec, 1, plan)) return;
+  const nvfp4_moe_shape *shape = match_shape(&dims, 1, plan);
+  if (shape == NULL || !check_weight_bases(a->weights, plan)) return;
+  if (shape->prepare == NULL) {
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "nvfp4_moe_prepare: the repack is not in "
+                 "this build");
+    return;
+  }
+  plan->route = SM70OPS_ROUTE_NVFP4_MOE_PREPARE;
+  plan->launch = shape->prepare;
+  plan->shape = shape;
+  plan->work_items = dims.experts;
+}
+
+const sm70_op sm70_op_nvfp4_moe = {
+    .id = SM70OPS_OP_NVFP4_MOE,
+    .name = "nvfp4_moe",
+    .args_size = sizeof(sm70ops_nvfp4_moe_args),
+    .disabled_field = offsetof(sm70_settings, nvfp4_moe_disabled),
+    .disabled_by = "SM70OPS_DISABLE_NVFP4_MOE",
+    .plan = plan_nvfp4_moe,
+};
+
+const sm70_op sm70_op_nvfp4_moe_prepare = {
+    .id = SM70OPS_OP_NVFP4_MOE_PREPARE,
+    .name = "nvfp4_moe_prepare",
+    .args_size = sizeof(sm70ops_nvfp4_moe_prepare_args),
+    .disabled_field = offsetof(sm70_settings, nvfp4_moe_disabled),
+    .disabled_by = "SM70OPS_DISABLE_NVFP4_MOE",
+    .plan = plan_prepare,
+};

@@ -1,0 +1,70 @@
+/* How the generic entry points (dispatch.c) meet the ops: each op file defines one sm70_op, whose
+ * plan() validates the op's argument struct against its table of supported shapes and says
+ * whether, how and with what workspace it would run. check() reports the plan; execute() runs it. */
+#ifndef SM70OPS_PLUGIN_OP_H_
+#define SM70OPS_PLUGIN_OP_H_
+
+#include <stddef.h>
+
+#include "abi/sm70ops.h"
+#include "plugin/context.h"
+#include "plugin/tensor.h"
+
+typedef struct sm70_plan sm70_plan;
+
+/* Runs an accepted plan on `stream`; arguments were validated by plan(). */
+typedef sm70ops_status (*sm70_launch_fn)(const sm70_plan *plan, const void *args, void *stream,
+                                         void *workspace);
+
+struct sm70_plan {
+  sm70ops_reason reason; /* SM70OPS_REASON_ACCEPTED or why not */
+  sm70ops_route route;
+  uint64_t workspace_bytes;
+  uint64_t output_bytes;
+  sm70_launch_fn launch;  /* set on accept */
+  const void *shape;      /* the op's table entry that matched, for launch */
+  int64_t work_items;     /* 0: valid but empty (no rows): execute launches nothing */
+  char message[SM70OPS_MESSAGE_BYTES];
+};
+
+typedef struct sm70_op {
+  sm70ops_op id;
+  const char *name;         /* "qsa_index": CLI, logs and messages */
+  uint32_t args_size;       /* sizeof the op's ABI 1.0 argument struct */
+  size_t disabled_field;    /* offsetof the sm70_settings flag that switches the op off */
+  const char *disabled_by;  /* the variables that set that flag, for the decline message */
+  /* Fills `plan`; `need_data` (execute) also requires data pointers. Pure: no CUDA call. */
+  void (*plan)(const sm70ops_context *ctx, const void *args, int32_t need_data, sm70_plan *plan);
+} sm70_op;
+
+extern const sm70_op sm70_op_qsa_index;
+extern const sm70_op sm70_op_qsa_attn;
+extern const sm70_op sm70_op_nvfp4_moe;
+extern const sm70_op sm70_op_nvfp4_moe_prepare;
+
+/* Sets plan->reason and a printf-style message. Returns 0 so a planner can `return
+ * sm70_decline(...)` from a helper that answers "still valid?". */
+int32_t sm70_decline(sm70_plan *plan, sm70ops_reason reason, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Checks tensors[i] against specs[i] for i < count; on the first failure declines with its reason
+ * and returns 0. */
+int32_t sm70_check_tensors(const sm70ops_context *ctx, int32_t need_data,
+                           const DLTensor *const *tensors, const sm70_tensor_spec *specs,
+                           int32_t count, sm70_plan *plan);
+
+/* The varlen batch metadata both QSA ops take (see the header). Checks query_start_loc [R+1],
+ * seq_lens [R] and block_table [R, max_pages] int32, and the host bounds: 1 <= max_query_len <=
+ * min(rows, max_seq_len) when rows > 0, and max_seq_len <= max_pages * page_size. */
+typedef struct sm70_varlen {
+  const DLTensor *query_start_loc;
+  const DLTensor *seq_lens;
+  const DLTensor *block_table;
+  int32_t max_seq_len;
+  int32_t max_query_len;
+} sm70_varlen;
+
+int32_t sm70_check_varlen(const sm70ops_context *ctx, int32_t need_data, const sm70_varlen *v,
+                          int64_t rows, int32_t page_size, sm70_plan *plan);
+
+#endif /* SM70OPS_PLUGIN_OP_H_ */

@@ -1,0 +1,108 @@
+/* Op 2, QSA selected attention: argument checks, supported shapes, dispatch. */
+#include <math.h>
+
+#include "plugin/op.h"
+
+/* What the fast path runs. The capability check and the dispatch both read this one table. */
+typedef struct qsa_attn_shape {
+  int32_t head_dim;
+  int32_t page_size;
+  int32_t max_group; /* Hq / Hkv: query heads sharing one KV head, packed into one MMA tile */
+  sm70ops_route route;
+  sm70_launch_fn launch; /* NULL: the kernel is not in this build */
+} qsa_attn_shape;
+
+static const qsa_attn_shape kShapes[] = {
+    {.head_dim = 256, .page_size = 64, .max_group = 16, .route = SM70OPS_ROUTE_QSA_ATTN_WMMA},
+    {.head_dim = 128, .page_size = 64, .max_group = 16, .route = SM70OPS_ROUTE_QSA_ATTN_WMMA},
+};
+
+static int32_t check_selection(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
+                               int32_t need_data, int64_t rows, sm70_plan *plan) {
+  const DLTensor *blocks = a->sel_blocks;
+  int64_t nb = blocks != NULL && blocks->ndim == 2 && blocks->shape != NULL ? blocks->shape[1] : 0;
+  int64_t heads = a->q->shape[1];
+  const sm70_tensor_spec specs[] = {
+      {.name = "sel_blocks", .dtype = SM70_I32, .rank = 2, .shape = {rows, SM70_ANY}},
+      {.name = "sel_mask", .dtype = SM70_U64, .rank = 2, .shape = {rows, nb}},
+      {.name = "sel_count", .dtype = SM70_I32, .rank = 1, .shape = {rows}},
+      {.name = "out", .dtype = SM70_F16, .rank = 3, .vector_rows = 1, .model_dtype = 1,
+       .shape = {rows, heads, a->q->shape[2]}},
+      {.name = "lse", .dtype = SM70_F32, .rank = 2, .optional = 1, .shape = {rows, heads}},
+  };
+  const DLTensor *tensors[] = {a->sel_blocks, a->sel_mask, a->sel_count, a->out, a->lse};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 5, plan)) return 0;
+  if (nb < 1) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "sel_blocks has no columns");
+  return 1;
+}
+
+static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
+                            int32_t need_data, sm70_plan *plan) {
+  const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
+  const sm70_tensor_spec q_spec = {.name = "q", .dtype = SM70_F16, .rank = 3, .vector_rows = 1,
+                                   .model_dtype = 1, .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
+  if (!sm70_check_tensors(ctx, need_data, &a->q, &q_spec, 1, plan)) return 0;
+  int64_t dim = a->q->shape[2];
+  const sm70_tensor_spec kv = {.name = "k_cache", .dtype = SM70_F16, .rank = 4, .vector_rows = 1,
+                               .model_dtype = 1, .shape = {SM70_ANY, SM70_ANY, SM70_ANY, dim}};
+  if (!sm70_check_tensors(ctx, need_data, &a->k_cache, &kv, 1, plan)) return 0;
+  const int64_t *k = a->k_cache->shape;
+  sm70_tensor_spec v_spec = kv;
+  v_spec.name = "v_cache";
+  for (int32_t d = 0; d < 4; ++d) v_spec.shape[d] = k[d];
+  if (!sm70_check_tensors(ctx, need_data, &a->v_cache, &v_spec, 1, plan)) return 0;
+  if (k[0] < 1 || k[1] < 1 || k[2] < 1) return sm70_decline(plan, bad, "k_cache is empty");
+  if (a->q->shape[1] < 1 || a->q->shape[1] % k[2] != 0) {
+    return sm70_decline(plan, bad, "q heads %lld not a positive multiple of KV heads %lld",
+                        (long long)a->q->shape[1], (long long)k[2]);
+  }
+  if (!(a->sm_scale > 0.0f) || !isfinite(a->sm_scale)) {
+    return sm70_decline(plan, bad, "sm_scale %g must be finite and positive", (double)a->sm_scale);
+  }
+  const sm70_varlen varlen = {a->query_start_loc, a->seq_lens, a->block_table, a->max_seq_len,
+                              a->max_query_len};
+  int64_t rows = a->q->shape[0];
+  return sm70_check_varlen(ctx, need_data, &varlen, rows, (int32_t)k[1], plan) &&
+         check_selection(ctx, a, need_data, rows, plan);
+}
+
+static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_plan *plan) {
+  int64_t dim = a->q->shape[2];
+  int64_t page_size = a->k_cache->shape[1];
+  int64_t group = a->q->shape[1] / a->k_cache->shape[2];
+  for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
+    const qsa_attn_shape *s = &kShapes[i];
+    if (dim == s->head_dim && page_size == s->page_size && group <= s->max_group) return s;
+  }
+  sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+               "head dim %lld, %lld-token pages, %lld query heads per KV head: the fast path runs "
+               "head dim 128 or 256, 64-token pages, up to 16 query heads per KV head",
+               (long long)dim, (long long)page_size, (long long)group);
+  return NULL;
+}
+
+static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t need_data,
+                          sm70_plan *plan) {
+  const sm70ops_qsa_attn_args *a = args;
+  if (!check_inputs(ctx, a, need_data, plan)) return;
+  const qsa_attn_shape *shape = match_shape(a, plan);
+  if (shape == NULL) return;
+  if (shape->launch == NULL) {
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "qsa_attn: the SM70 kernel is not in this "
+                 "build");
+    return;
+  }
+  plan->route = shape->route;
+  plan->launch = shape->launch;
+  plan->shape = shape;
+  plan->work_items = a->q->shape[0];
+}
+
+const sm70_op sm70_op_qsa_attn = {
+    .id = SM70OPS_OP_QSA_ATTN,
+    .name = "qsa_attn",
+    .args_size = sizeof(sm70ops_qsa_attn_args),
+    .disabled_field = offsetof(sm70_settings, qsa_attn_disabled),
+    .disabled_by = "SM70OPS_DISABLE_QSA_ATTN",
+    .plan = plan_qsa_attn,
+};

@@ -1,0 +1,122 @@
+/* Op 1, QSA index (score, top-k, expand): argument checks, supported shapes, dispatch. */
+#include "plugin/op.h"
+
+/* What the fast path runs. The capability check and the dispatch both read this one table. */
+typedef struct qsa_index_shape {
+  int32_t heads;     /* indexer heads of q */
+  int32_t head_dim;  /* q and k_index inner size */
+  int32_t page_size; /* tokens per k_index page */
+  int32_t topk_min;  /* K range of the fast path */
+  int32_t topk_max;
+  sm70ops_route route;
+  sm70_launch_fn launch; /* NULL: the kernel is not in this build */
+} qsa_index_shape;
+
+static const qsa_index_shape kShapes[] = {
+    {.heads = 4, .head_dim = 128, .page_size = 64, .topk_min = 512, .topk_max = 4096,
+     .route = SM70OPS_ROUTE_QSA_INDEX_WMMA, .launch = NULL},
+};
+
+/* The reference semantics accept any K in 1..kMaxTopk; the table narrows the fast path. */
+enum { kMaxTopk = 4096 };
+
+static int32_t check_outputs(const sm70ops_context *ctx, const sm70ops_qsa_index_args *a,
+                             int32_t need_data, int64_t rows, sm70_plan *plan) {
+  const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
+  int32_t sel_given = (a->sel_blocks != NULL) + (a->sel_mask != NULL) + (a->sel_count != NULL);
+  if (sel_given != 0 && sel_given != 3) {
+    return sm70_decline(plan, bad, "sel_blocks, sel_mask and sel_count go together (%d of 3 given)",
+                        sel_given);
+  }
+  if (a->topk_idx == NULL && sel_given == 0) {
+    return sm70_decline(plan, bad, "no output: give topk_idx, the sel_* triple, or both");
+  }
+  const DLTensor *blocks = a->sel_blocks;
+  int64_t nb = blocks != NULL && blocks->ndim == 2 && blocks->shape != NULL ? blocks->shape[1] : 0;
+  const sm70_tensor_spec specs[] = {
+      {.name = "topk_idx", .dtype = SM70_I32, .rank = 2, .optional = 1, .shape = {rows, a->topk}},
+      {.name = "sel_blocks", .dtype = SM70_I32, .rank = 2, .optional = 1, .shape = {rows, SM70_ANY}},
+      {.name = "sel_mask", .dtype = SM70_U64, .rank = 2, .optional = 1, .shape = {rows, nb}},
+      {.name = "sel_count", .dtype = SM70_I32, .rank = 1, .optional = 1, .shape = {rows}},
+  };
+  const DLTensor *tensors[] = {a->topk_idx, a->sel_blocks, a->sel_mask, a->sel_count};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 4, plan)) return 0;
+  if (sel_given && nb < 1) return sm70_decline(plan, bad, "sel_blocks has no columns (NB = 0)");
+  return 1;
+}
+
+static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_index_args *a,
+                            int32_t need_data, sm70_plan *plan) {
+  const sm70_tensor_spec q_spec = {.name = "q", .dtype = SM70_F16, .rank = 3, .vector_rows = 1,
+                                   .model_dtype = 1, .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
+  if (!sm70_check_tensors(ctx, need_data, &a->q, &q_spec, 1, plan)) return 0;
+  int64_t rows = a->q->shape[0];
+  int64_t heads = a->q->shape[1];
+  int64_t dim = a->q->shape[2];
+  const sm70_tensor_spec specs[] = {
+      {.name = "weights", .dtype = SM70_F32, .rank = 2, .shape = {rows, heads}},
+      {.name = "k_index", .dtype = SM70_F16, .rank = 3, .vector_rows = 1, .model_dtype = 1,
+       .shape = {SM70_ANY, SM70_ANY, dim}},
+  };
+  const DLTensor *tensors[] = {a->weights, a->k_index};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 2, plan)) return 0;
+  if (a->k_index->shape[0] < 1 || a->k_index->shape[1] < 1) {
+    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "k_index has no pages or no tokens");
+  }
+  if (a->topk < 1 || a->topk > kMaxTopk) {
+    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "topk %d outside 1..%d", a->topk,
+                        kMaxTopk);
+  }
+  const sm70_varlen varlen = {a->query_start_loc, a->seq_lens, a->block_table, a->max_seq_len,
+                              a->max_query_len};
+  int32_t page_size = (int32_t)a->k_index->shape[1];
+  return sm70_check_varlen(ctx, need_data, &varlen, rows, page_size, plan) &&
+         check_outputs(ctx, a, need_data, rows, plan);
+}
+
+static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_plan *plan) {
+  const DLTensor *q = a->q;
+  int64_t page_size = a->k_index->shape[1];
+  for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
+    const qsa_index_shape *s = &kShapes[i];
+    if (q->shape[1] != s->heads || q->shape[2] != s->head_dim || page_size != s->page_size) continue;
+    if (a->topk < s->topk_min || a->topk > s->topk_max) {
+      sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE, "topk %d outside the fast path's %d..%d",
+                   a->topk, s->topk_min, s->topk_max);
+      return NULL;
+    }
+    return s;
+  }
+  sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+               "q [T, %lld, %lld] with %lld-token pages: the fast path runs %d heads x %d dims, "
+               "%d-token pages",
+               (long long)q->shape[1], (long long)q->shape[2], (long long)page_size,
+               kShapes[0].heads, kShapes[0].head_dim, kShapes[0].page_size);
+  return NULL;
+}
+
+static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t need_data,
+                           sm70_plan *plan) {
+  const sm70ops_qsa_index_args *a = args;
+  if (!check_inputs(ctx, a, need_data, plan)) return;
+  const qsa_index_shape *shape = match_shape(a, plan);
+  if (shape == NULL) return;
+  if (shape->launch == NULL) {
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "qsa_index: the SM70 kernel is not in this "
+                 "build");
+    return;
+  }
+  plan->route = shape->route;
+  plan->launch = shape->launch;
+  plan->shape = shape;
+  plan->work_items = a->q->shape[0];
+}
+
+const sm70_op sm70_op_qsa_index = {
+    .id = SM70OPS_OP_QSA_INDEX,
+    .name = "qsa_index",
+    .args_size = sizeof(sm70ops_qsa_index_args),
+    .disabled_field = offsetof(sm70_settings, qsa_index_disabled),
+    .disabled_by = "SM70OPS_DISABLE_QSA_INDEX or VLLM_SM70_QSA_INDEXER_CUBLAS=0",
+    .plan = plan_qsa_index,
+};

@@ -1,0 +1,78 @@
+"""nvcc for Bazel: compiles .cu files into objects a cc_library links.
+
+Two CUDA configurations, picked with --config (see .bazelrc):
+  default  CUDA 13 at /usr/local/cuda, SASS for sm_75 and sm_90 (the device machine's H200).
+  sm70     Debian's CUDA 11.8, SASS for sm_70 only: the V100 release build. CUDA 13 cannot target
+           sm_70, and 11.8 needs clang-14 as host compiler and its own ptxas first on PATH.
+"""
+
+_TOOLCHAINS = {
+    "default": struct(
+        path = "/usr/local/cuda/bin:/usr/bin:/bin",
+        nvcc = "/usr/local/cuda/bin/nvcc",
+        host_compiler = "g++",
+        archs = ["75", "90"],
+    ),
+    "sm70": struct(
+        path = "/usr/lib/nvidia-cuda-toolkit/bin:/usr/bin:/bin",
+        nvcc = "/usr/bin/nvcc",
+        host_compiler = "clang-14",
+        archs = ["70"],
+    ),
+}
+
+_FLAGS = [
+    "-std=c++17",
+    "-O3",
+    "-lineinfo",
+    "-Werror=all-warnings",
+    "-Xcompiler=-fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror",
+    "-I.",
+]
+
+def _cuda_objects_impl(ctx):
+    toolchain = _TOOLCHAINS[ctx.attr.toolchain]
+    gencode = ["-gencode=arch=compute_{0},code=sm_{0}".format(a) for a in toolchain.archs]
+    objects = []
+    for src in ctx.files.srcs:
+        obj = ctx.actions.declare_file("_objs/{}/{}.o".format(ctx.label.name, src.path))
+        args = _FLAGS + gencode + ctx.attr.copts + ["-ccbin", toolchain.host_compiler, "-c", src.path, "-o", obj.path]
+        ctx.actions.run_shell(
+            inputs = [src] + ctx.files.hdrs,
+            outputs = [obj],
+            command = "PATH={} {} {}".format(toolchain.path, toolchain.nvcc, " ".join(args)),
+            mnemonic = "Nvcc",
+            progress_message = "nvcc (sm_{}) {}".format(",".join(toolchain.archs), src.short_path),
+        )
+        objects.append(obj)
+    return [DefaultInfo(files = depset(objects))]
+
+_cuda_objects = rule(
+    implementation = _cuda_objects_impl,
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu"]),
+        "hdrs": attr.label_list(allow_files = [".h", ".cuh"]),
+        "copts": attr.string_list(),
+        "toolchain": attr.string(values = _TOOLCHAINS.keys()),
+    },
+)
+
+def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None):
+    """A cc_library of nvcc-compiled objects, built by the toolchain --config selects."""
+    _cuda_objects(
+        name = name + "_objects",
+        srcs = srcs,
+        hdrs = hdrs,
+        copts = copts,
+        toolchain = select({
+            "//tools:sm70": "sm70",
+            "//conditions:default": "default",
+        }),
+    )
+    native.cc_library(
+        name = name,
+        srcs = [":" + name + "_objects"],
+        hdrs = hdrs,
+        deps = deps + ["//tools:cudart_static"],
+        visibility = visibility,
+    )
