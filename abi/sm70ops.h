@@ -6,7 +6,8 @@
  *
  * Lifecycle seen from a host:
  *   1. dlopen("libsm70ops.so", RTLD_NOW | RTLD_LOCAL); dlsym(SM70OPS_ENTRY_POINT_NAME).
- *   2. sm70ops_get_api(SM70OPS_ABI_MAJOR, SM70OPS_ABI_MINOR, &minor, &api): the one exported symbol.
+ *   2. sm70ops_get_api(SM70OPS_ABI_MAJOR, SM70OPS_ABI_MINOR, &minor, &api): the one exported
+ * symbol.
  *   3. api->context_create(&desc, &ctx): reads the environment once (see README, "Environment").
  *   4. Per call: api->check(ctx, op, &args, &decision). If it declines, run the host's own path.
  *      Otherwise api->execute(ctx, op, &args, stream, workspace, workspace_bytes).
@@ -18,8 +19,8 @@
  *
  * Versioning rules (see abi/CHANGELOG.md):
  *   - Every struct that crosses the boundary starts with `struct_size`; fields are only appended.
- *     The plugin reads a field only if struct_size covers it, and writes an output struct only up to
- *     its struct_size.
+ *     The plugin reads a field only if struct_size covers it, and writes an output struct only up
+ * to its struct_size.
  *   - The function table is append-only; a NULL slot means "not implemented".
  *   - Enums travel as int32_t; unknown values are declined, never trusted.
  */
@@ -46,16 +47,16 @@ extern "C" {
 
 /* ------------------------------------------------------------------------------------------------
  * Status codes: the closed set every function returns. api->status_name gives the identifier
- * ("SM70OPS_ERR_INVALID_ARGUMENT"), api->status_string a sentence, api->last_error the detail of the
- * calling thread's most recent failure.
+ * ("SM70OPS_ERR_INVALID_ARGUMENT"), api->status_string a sentence, api->last_error the detail of
+ * the calling thread's most recent failure.
  */
 typedef int32_t sm70ops_status;
 enum {
   SM70OPS_OK = 0,
-  SM70OPS_ERR_INVALID_ARGUMENT = 1,    /* a NULL, a bad descriptor, a wrong dtype/rank/shape/stride */
-  SM70OPS_ERR_ABI_MISMATCH = 2,        /* the host speaks an ABI major this plugin does not */
-  SM70OPS_ERR_UNSUPPORTED = 3,         /* execute on a descriptor the capability check declines */
-  SM70OPS_ERR_NOT_IMPLEMENTED = 4,     /* the op is known but its kernel is not in this build */
+  SM70OPS_ERR_INVALID_ARGUMENT = 1, /* a NULL, a bad descriptor, a wrong dtype/rank/shape/stride */
+  SM70OPS_ERR_ABI_MISMATCH = 2,     /* the host speaks an ABI major this plugin does not */
+  SM70OPS_ERR_UNSUPPORTED = 3,      /* execute on a descriptor the capability check declines */
+  SM70OPS_ERR_NOT_IMPLEMENTED = 4,  /* the op is known but its kernel is not in this build */
   SM70OPS_ERR_WORKSPACE_TOO_SMALL = 5, /* workspace_bytes below what check reported */
   SM70OPS_ERR_NO_DEVICE = 6,           /* no usable CUDA device */
   SM70OPS_ERR_CUDA = 7,                /* the CUDA runtime failed; last_error has its message */
@@ -69,10 +70,10 @@ enum {
  */
 typedef int32_t sm70ops_op;
 enum {
-  SM70OPS_OP_QSA_INDEX = 1,          /* sm70ops_qsa_index_args: score, top-k, expand */
-  SM70OPS_OP_QSA_ATTN = 2,           /* sm70ops_qsa_attn_args: selected sparse attention */
-  SM70OPS_OP_NVFP4_MOE = 3,          /* sm70ops_nvfp4_moe_args: grouped W4A16 MoE */
-  SM70OPS_OP_NVFP4_MOE_PREPARE = 4   /* sm70ops_nvfp4_moe_prepare_args: one-time weight repack */
+  SM70OPS_OP_QSA_INDEX = 1,        /* sm70ops_qsa_index_args: score, top-k, expand */
+  SM70OPS_OP_QSA_ATTN = 2,         /* sm70ops_qsa_attn_args: selected sparse attention */
+  SM70OPS_OP_NVFP4_MOE = 3,        /* sm70ops_nvfp4_moe_args: grouped W4A16 MoE */
+  SM70OPS_OP_NVFP4_MOE_PREPARE = 4 /* sm70ops_nvfp4_moe_prepare_args: one-time weight repack */
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -82,13 +83,13 @@ enum {
 typedef int32_t sm70ops_reason;
 enum {
   SM70OPS_REASON_ACCEPTED = 0,
-  SM70OPS_REASON_PLUGIN_DISABLED = 1,   /* SM70OPS_DISABLE, or a malformed SM70OPS_* variable */
-  SM70OPS_REASON_OP_DISABLED = 2,       /* a per-op SM70OPS_DISABLE_* or VLLM_SM70_QSA_INDEXER_CUBLAS=0 */
-  SM70OPS_REASON_NO_DEVICE = 3,         /* the context has no CUDA device */
-  SM70OPS_REASON_ARCH = 4,              /* compute capability not SM70 and not allow-listed */
-  SM70OPS_REASON_UNKNOWN_OP = 5,        /* op id this plugin does not know */
-  SM70OPS_REASON_STRUCT_SIZE = 6,       /* args struct_size too small or newer than this plugin */
-  SM70OPS_REASON_INVALID_ARGUMENT = 7,  /* descriptor malformed (execute returns INVALID_ARGUMENT) */
+  SM70OPS_REASON_PLUGIN_DISABLED = 1, /* SM70OPS_DISABLE, or a malformed SM70OPS_* variable */
+  SM70OPS_REASON_OP_DISABLED = 2, /* a per-op SM70OPS_DISABLE_* or VLLM_SM70_QSA_INDEXER_CUBLAS=0 */
+  SM70OPS_REASON_NO_DEVICE = 3,   /* the context has no CUDA device */
+  SM70OPS_REASON_ARCH = 4,        /* compute capability not SM70 and not allow-listed */
+  SM70OPS_REASON_UNKNOWN_OP = 5,  /* op id this plugin does not know */
+  SM70OPS_REASON_STRUCT_SIZE = 6, /* args struct_size too small or newer than this plugin */
+  SM70OPS_REASON_INVALID_ARGUMENT = 7, /* descriptor malformed (execute returns INVALID_ARGUMENT) */
   SM70OPS_REASON_UNSUPPORTED_DTYPE = 8, /* well-formed, but a dtype without a fast path */
   SM70OPS_REASON_UNSUPPORTED_SHAPE = 9, /* well-formed, but a shape outside the supported table */
   SM70OPS_REASON_BELOW_CROSSOVER = 10,  /* supported, but measured slower than the host's path */
@@ -126,12 +127,7 @@ typedef struct sm70ops_decision {
 typedef struct sm70ops_context sm70ops_context; /* opaque */
 
 typedef int32_t sm70ops_log_level;
-enum {
-  SM70OPS_LOG_ERROR = 0,
-  SM70OPS_LOG_WARN = 1,
-  SM70OPS_LOG_INFO = 2,
-  SM70OPS_LOG_DEBUG = 3
-};
+enum { SM70OPS_LOG_ERROR = 0, SM70OPS_LOG_WARN = 1, SM70OPS_LOG_INFO = 2, SM70OPS_LOG_DEBUG = 3 };
 
 /* Called on the thread that made the call; `message` is valid only during the call. */
 typedef void (*sm70ops_log_fn)(void *user_data, sm70ops_log_level level, const char *message);
@@ -181,17 +177,17 @@ typedef struct sm70ops_device_info {
  *     (in elements), `byte_offset` honoured, the innermost dimension must be contiguous and rows
  *     16-byte aligned. check() reads only the descriptors; data may be NULL there. execute() also
  *     requires data for every tensor that is not marked optional.
- *   - Varlen batches, vLLM style: query_start_loc [R+1] int32, seq_lens [R] int32 (context including
- *     this chunk), block_table [R, max_pages] int32 (logical page -> physical page, 64 tokens a page).
- *     Row i of request r sits at pos = seq_len - query_len + i and sees keys 0..pos.
- *   - max_seq_len / max_query_len are host-side bounds of seq_lens and of the per-request row counts
- *     (vLLM keeps both on the host). They size the launch, so the op is CUDA-graph safe.
+ *   - Varlen batches, vLLM style: query_start_loc [R+1] int32, seq_lens [R] int32 (context
+ * including this chunk), block_table [R, max_pages] int32 (logical page -> physical page, 64 tokens
+ * a page). Row i of request r sits at pos = seq_len - query_len + i and sees keys 0..pos.
+ *   - max_seq_len / max_query_len are host-side bounds of seq_lens and of the per-request row
+ * counts (vLLM keeps both on the host). They size the launch, so the op is CUDA-graph safe.
  */
 
 /* Op 1, QSA index: s[t,j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) for j < L_t; top-k; expand. */
 typedef struct sm70ops_qsa_index_args {
   uint32_t struct_size;
-  int32_t topk;                    /* K */
+  int32_t topk; /* K */
   int32_t max_seq_len;
   int32_t max_query_len;
   const DLTensor *q;               /* [T, 4, 128] fp16, RoPE applied */
@@ -226,11 +222,12 @@ typedef struct sm70ops_qsa_attn_args {
   const DLTensor *lse;             /* [T, Hq] fp32, natural log; optional (NULL) */
 } sm70ops_qsa_attn_args;
 
-/* NVFP4 expert weights in the ModelOpt/vLLM checkpoint layout (unswizzled); e4m3 travels as uint8. */
+/* NVFP4 expert weights in the ModelOpt/vLLM checkpoint layout (unswizzled); e4m3 travels as uint8.
+ */
 typedef struct sm70ops_nvfp4_weights {
   uint32_t struct_size;
-  uint32_t reserved0;          /* keeps the pointers 8-byte aligned; must be 0 */
-  const DLTensor *w13;         /* [E, 2I, H/2] uint8, rows 0..I-1 gate, I..2I-1 up; low nibble even k */
+  uint32_t reserved0;  /* keeps the pointers 8-byte aligned; must be 0 */
+  const DLTensor *w13; /* [E, 2I, H/2] uint8, rows 0..I-1 gate, I..2I-1 up; low nibble even k */
   const DLTensor *w13_scale;   /* [E, 2I, H/16] uint8 (e4m3) */
   const DLTensor *w13_scale_2; /* [E, 2] fp32 (gate, up) */
   const DLTensor *w2;          /* [E, H, I/2] uint8 */
@@ -310,8 +307,9 @@ typedef sm70ops_status (*sm70ops_get_api_fn)(uint32_t host_major, uint32_t host_
 #if defined(SM70OPS_BUILDING_PLUGIN)
 __attribute__((visibility("default")))
 #endif
-sm70ops_status sm70ops_get_api(uint32_t host_major, uint32_t host_minor,
-                               uint32_t *negotiated_minor, const sm70ops_api **api);
+sm70ops_status
+sm70ops_get_api(uint32_t host_major, uint32_t host_minor, uint32_t *negotiated_minor,
+                const sm70ops_api **api);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -35,7 +35,8 @@ static sm70ops_status get_identity(sm70ops_identity *out) {
 static sm70ops_status device_count(int32_t *count) {
   if (count == NULL) return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "device_count: count is NULL");
   sm70_cuda_error err;
-  if (sm70_cuda_device_count(count, &err) != 0) return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
+  if (sm70_cuda_device_count(count, &err) != 0)
+    return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   return sm70_ok();
 }
 
@@ -82,8 +83,8 @@ static const sm70ops_api kApi = {
     .execute = sm70_execute,
 };
 
-sm70ops_status sm70ops_get_api(uint32_t host_major, uint32_t host_minor,
-                               uint32_t *negotiated_minor, const sm70ops_api **api) {
+sm70ops_status sm70ops_get_api(uint32_t host_major, uint32_t host_minor, uint32_t *negotiated_minor,
+                               const sm70ops_api **api) {
   if (api == NULL || negotiated_minor == NULL) {
     return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "get_api: api or negotiated_minor is NULL");
   }

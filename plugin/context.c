@@ -28,7 +28,8 @@ static void log_setting(void *user, sm70ops_log_level level, const char *text) {
 static sm70ops_status query_device(sm70ops_context *ctx) {
   sm70_cuda_error err;
   int32_t count = 0;
-  if (sm70_cuda_device_count(&count, &err) != 0) return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
+  if (sm70_cuda_device_count(&count, &err) != 0)
+    return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   if (ctx->device_ordinal >= count) {
     snprintf(ctx->no_device_note, sizeof(ctx->no_device_note),
              count == 0 ? "no CUDA device" : "device %d requested but only %d CUDA devices",

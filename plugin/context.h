@@ -7,8 +7,8 @@
 
 struct sm70ops_context {
   int32_t device_ordinal;
-  int32_t compute_capability;     /* 0: no usable device (see no_device_note) */
-  int32_t capability_from_host;   /* 1: given in the descriptor; execute checks it on the device */
+  int32_t compute_capability;   /* 0: no usable device (see no_device_note) */
+  int32_t capability_from_host; /* 1: given in the descriptor; execute checks it on the device */
   sm70ops_log_level log_level;
   sm70ops_log_fn log_fn;
   void *log_user_data;

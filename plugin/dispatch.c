@@ -42,8 +42,9 @@ static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70o
     return sm70_decline(plan, SM70OPS_REASON_PLUGIN_DISABLED, "%s", s->plugin_disabled_note);
   }
   if (op == NULL) {
-    return sm70_decline(plan, SM70OPS_REASON_UNKNOWN_OP, "op id %d is not known to sm70ops %d.%d.%d",
-                        id, SM70OPS_VERSION_MAJOR, SM70OPS_VERSION_MINOR, SM70OPS_VERSION_PATCH);
+    return sm70_decline(plan, SM70OPS_REASON_UNKNOWN_OP,
+                        "op id %d is not known to sm70ops %d.%d.%d", id, SM70OPS_VERSION_MAJOR,
+                        SM70OPS_VERSION_MINOR, SM70OPS_VERSION_PATCH);
   }
   if (*(const int32_t *)((const char *)s + op->disabled_field)) {
     return sm70_decline(plan, SM70OPS_REASON_OP_DISABLED, "%s switched off by %s", op->name,
@@ -63,8 +64,8 @@ static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70o
   uint32_t size = *(const uint32_t *)args;
   if (size != op->args_size) {
     return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE,
-                        "%s args struct_size %u, this plugin knows %u (ABI %d.%d)%s", op->name, size,
-                        op->args_size, SM70OPS_ABI_MAJOR, SM70OPS_ABI_MINOR,
+                        "%s args struct_size %u, this plugin knows %u (ABI %d.%d)%s", op->name,
+                        size, op->args_size, SM70OPS_ABI_MAJOR, SM70OPS_ABI_MINOR,
                         size > op->args_size ? ": the host is newer" : "");
   }
   return 1;
@@ -99,7 +100,8 @@ sm70ops_status sm70_check(const sm70ops_context *ctx, sm70ops_op op, const void 
 
 sm70ops_status sm70_workspace_size(const sm70ops_context *ctx, sm70ops_op op, const void *args,
                                    uint64_t *bytes) {
-  if (bytes == NULL) return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "workspace_size: bytes is NULL");
+  if (bytes == NULL)
+    return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "workspace_size: bytes is NULL");
   *bytes = 0;
   sm70ops_decision d = {.struct_size = sizeof(d)};
   sm70ops_status status = sm70_check(ctx, op, args, &d);
@@ -127,7 +129,8 @@ static sm70ops_status check_workspace(const sm70_plan *plan, const void *workspa
                                       uint64_t workspace_bytes) {
   if (workspace_bytes < plan->workspace_bytes) {
     return sm70_fail(SM70OPS_ERR_WORKSPACE_TOO_SMALL, "workspace %llu bytes, this call needs %llu",
-                     (unsigned long long)workspace_bytes, (unsigned long long)plan->workspace_bytes);
+                     (unsigned long long)workspace_bytes,
+                     (unsigned long long)plan->workspace_bytes);
   }
   if (plan->workspace_bytes > 0 && workspace == NULL) {
     return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "workspace is NULL, this call needs %llu bytes",
@@ -153,8 +156,10 @@ static sm70ops_status launch_on_device(const sm70ops_context *ctx, const sm70_pl
   if (sm70_cuda_compute_capability(ctx->device_ordinal, &cc, &err) != 0) {
     status = sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   } else if (cc != ctx->compute_capability) {
-    status = sm70_fail(SM70OPS_ERR_NO_DEVICE, "device %d has compute capability %d, the context "
-                       "was created for %d", ctx->device_ordinal, cc, ctx->compute_capability);
+    status = sm70_fail(SM70OPS_ERR_NO_DEVICE,
+                       "device %d has compute capability %d, the context "
+                       "was created for %d",
+                       ctx->device_ordinal, cc, ctx->compute_capability);
   } else {
     status = plan->launch(plan, args, stream, workspace);
   }

@@ -21,7 +21,7 @@ static bool_value parse_bool(const char *text) {
 /* The boolean switches: variable, where the result goes, and which value means "off". */
 typedef struct bool_switch {
   const char *name;
-  size_t field; /* offsetof(sm70_settings, ...) */
+  size_t field;            /* offsetof(sm70_settings, ...) */
   int32_t disabling_value; /* the parsed value that turns the thing off */
 } bool_switch;
 
@@ -37,7 +37,8 @@ static const bool_switch kSwitches[] = {
 static const char kAllowArch[] = "SM70OPS_ALLOW_ARCH";
 
 static void turn_plugin_off(sm70_settings *s, sm70_note_fn note, void *user, const char *why) {
-  if (!s->plugin_disabled) snprintf(s->plugin_disabled_note, sizeof(s->plugin_disabled_note), "%s", why);
+  if (!s->plugin_disabled)
+    snprintf(s->plugin_disabled_note, sizeof(s->plugin_disabled_note), "%s", why);
   s->plugin_disabled = 1;
   if (note) note(user, SM70OPS_LOG_ERROR, why);
 }
@@ -47,8 +48,8 @@ static void read_switch(const bool_switch *sw, const char *text, sm70_note_fn no
   char line[SM70_ENV_NOTE_BYTES];
   bool_value v = parse_bool(text);
   if (v == kBoolMalformed) {
-    snprintf(line, sizeof(line), "%s='%.40s' is not one of 0/1/true/false/on/off/yes/no: plugin off",
-             sw->name, text);
+    snprintf(line, sizeof(line),
+             "%s='%.40s' is not one of 0/1/true/false/on/off/yes/no: plugin off", sw->name, text);
     turn_plugin_off(s, note, user, line);
     return;
   }
@@ -86,8 +87,10 @@ static void read_allow_arch(const char *text, sm70_note_fn note, void *user, sm7
     size_t len = strcspn(item, ",");
     int32_t cc = 0;
     if (!parse_arch(item, len, &cc) || s->allowed_arch_count == SM70_MAX_ALLOWED_ARCHS) {
-      snprintf(line, sizeof(line), "%s='%.40s' is not a list of up to %d compute capabilities "
-               "like 90,sm_80,8.6: plugin off", kAllowArch, text, SM70_MAX_ALLOWED_ARCHS);
+      snprintf(line, sizeof(line),
+               "%s='%.40s' is not a list of up to %d compute capabilities "
+               "like 90,sm_80,8.6: plugin off",
+               kAllowArch, text, SM70_MAX_ALLOWED_ARCHS);
       s->allowed_arch_count = 0;
       turn_plugin_off(s, note, user, line);
       return;
@@ -95,7 +98,8 @@ static void read_allow_arch(const char *text, sm70_note_fn note, void *user, sm7
     s->allowed_archs[s->allowed_arch_count++] = cc;
     item += len + (item[len] == ',');
   }
-  snprintf(line, sizeof(line), "%s=%s: validation on these non-SM70 GPUs allowed", kAllowArch, text);
+  snprintf(line, sizeof(line), "%s=%s: validation on these non-SM70 GPUs allowed", kAllowArch,
+           text);
   if (note) note(user, SM70OPS_LOG_WARN, line);
 }
 

@@ -22,8 +22,9 @@ typedef struct sm70_settings {
 } sm70_settings;
 
 /* Reads the variables through `get` (getenv in production, a table in tests) and reports each one
- * that is set through `note(user, level, text)`. An empty value counts as unset. Never fails: a malformed value turns the whole
- * plugin off, because guessing what an operator meant could turn on what they meant to turn off. */
+ * that is set through `note(user, level, text)`. An empty value counts as unset. Never fails: a
+ * malformed value turns the whole plugin off, because guessing what an operator meant could turn on
+ * what they meant to turn off. */
 typedef char *(*sm70_getenv_fn)(const char *name);
 typedef void (*sm70_note_fn)(void *user, sm70ops_log_level level, const char *text);
 void sm70_settings_read(sm70_getenv_fn get, sm70_note_fn note, void *user, sm70_settings *out);

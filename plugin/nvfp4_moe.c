@@ -4,22 +4,25 @@
 
 /* What the fast path runs. The capability check and the dispatch both read this one table. */
 typedef struct nvfp4_moe_shape {
-  int32_t max_experts;  /* E */
-  int32_t max_topk;     /* routed experts per token */
-  int32_t h_multiple;   /* hidden size H: a multiple of this */
-  int32_t i_multiple;   /* expert intermediate size I (per TP rank): a multiple of this */
+  int32_t max_experts; /* E */
+  int32_t max_topk;    /* routed experts per token */
+  int32_t h_multiple;  /* hidden size H: a multiple of this */
+  int32_t i_multiple;  /* expert intermediate size I (per TP rank): a multiple of this */
   sm70ops_route route;
   sm70_launch_fn launch;  /* NULL: the kernel is not in this build */
   sm70_launch_fn prepare; /* NULL: the repack is not in this build */
 } nvfp4_moe_shape;
 
 static const nvfp4_moe_shape kShapes[] = {
-    {.max_experts = 512, .max_topk = 16, .h_multiple = 64, .i_multiple = 64,
+    {.max_experts = 512,
+     .max_topk = 16,
+     .h_multiple = 64,
+     .i_multiple = 64,
      .route = SM70OPS_ROUTE_NVFP4_MOE_WMMA},
 };
 
-enum { kBlock = 16 };   /* NVFP4: one e4m3 scale per 16 weights */
-enum { kAlign = 16 };   /* payload and scale bases: 16-byte loads */
+enum { kBlock = 16 }; /* NVFP4: one e4m3 scale per 16 weights */
+enum { kAlign = 16 }; /* payload and scale bases: 16-byte loads */
 
 typedef struct moe_dims {
   int64_t experts, hidden, inter;
@@ -31,11 +34,16 @@ static int32_t check_weights(const sm70ops_context *ctx, const sm70ops_nvfp4_wei
   const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
   if (w == NULL) return sm70_decline(plan, bad, "weights is NULL");
   if (w->struct_size != sizeof(*w)) {
-    return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE, "weights struct_size %u, this plugin "
-                        "knows %zu", w->struct_size, sizeof(*w));
+    return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE,
+                        "weights struct_size %u, this plugin "
+                        "knows %zu",
+                        w->struct_size, sizeof(*w));
   }
   if (w->reserved0 != 0) return sm70_decline(plan, bad, "weights reserved0 must be 0");
-  const sm70_tensor_spec w13_spec = {.name = "w13", .dtype = SM70_U8, .rank = 3, .contiguous = 1,
+  const sm70_tensor_spec w13_spec = {.name = "w13",
+                                     .dtype = SM70_U8,
+                                     .rank = 3,
+                                     .contiguous = 1,
                                      .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &w->w13, &w13_spec, 1, plan)) return 0;
   int64_t e = w->w13->shape[0], two_i = w->w13->shape[1], h = w->w13->shape[2] * 2;
@@ -44,12 +52,21 @@ static int32_t check_weights(const sm70ops_context *ctx, const sm70ops_nvfp4_wei
                         (long long)e, (long long)two_i, (long long)h / 2);
   }
   int64_t i = two_i / 2;
-  if (i % kBlock != 0) return sm70_decline(plan, bad, "I = %lld is not a multiple of 16", (long long)i);
+  if (i % kBlock != 0)
+    return sm70_decline(plan, bad, "I = %lld is not a multiple of 16", (long long)i);
   const sm70_tensor_spec specs[] = {
-      {.name = "w13_scale", .dtype = SM70_U8, .rank = 3, .contiguous = 1, .shape = {e, two_i, h / kBlock}},
+      {.name = "w13_scale",
+       .dtype = SM70_U8,
+       .rank = 3,
+       .contiguous = 1,
+       .shape = {e, two_i, h / kBlock}},
       {.name = "w13_scale_2", .dtype = SM70_F32, .rank = 2, .contiguous = 1, .shape = {e, 2}},
       {.name = "w2", .dtype = SM70_U8, .rank = 3, .contiguous = 1, .shape = {e, h, i / 2}},
-      {.name = "w2_scale", .dtype = SM70_U8, .rank = 3, .contiguous = 1, .shape = {e, h, i / kBlock}},
+      {.name = "w2_scale",
+       .dtype = SM70_U8,
+       .rank = 3,
+       .contiguous = 1,
+       .shape = {e, h, i / kBlock}},
       {.name = "w2_scale_2", .dtype = SM70_F32, .rank = 1, .contiguous = 1, .shape = {e}},
   };
   const DLTensor *tensors[] = {w->w13_scale, w->w13_scale_2, w->w2, w->w2_scale, w->w2_scale_2};
@@ -60,23 +77,34 @@ static int32_t check_weights(const sm70ops_context *ctx, const sm70ops_nvfp4_wei
 
 static int32_t check_activations(const sm70ops_context *ctx, const sm70ops_nvfp4_moe_args *a,
                                  int32_t need_data, const moe_dims *dims, sm70_plan *plan) {
-  const sm70_tensor_spec ids_spec = {.name = "topk_ids", .dtype = SM70_I32, .rank = 2,
-                                     .shape = {SM70_ANY, SM70_ANY}};
+  const sm70_tensor_spec ids_spec = {
+      .name = "topk_ids", .dtype = SM70_I32, .rank = 2, .shape = {SM70_ANY, SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &a->topk_ids, &ids_spec, 1, plan)) return 0;
   int64_t rows = a->topk_ids->shape[0], topk = a->topk_ids->shape[1];
   const sm70_tensor_spec specs[] = {
       {.name = "topk_weights", .dtype = SM70_F32, .rank = 2, .shape = {rows, topk}},
-      {.name = "x", .dtype = SM70_F16, .rank = 2, .vector_rows = 1, .model_dtype = 1,
+      {.name = "x",
+       .dtype = SM70_F16,
+       .rank = 2,
+       .vector_rows = 1,
+       .model_dtype = 1,
        .shape = {rows, dims->hidden}},
-      {.name = "out", .dtype = SM70_F16, .rank = 2, .vector_rows = 1, .model_dtype = 1,
+      {.name = "out",
+       .dtype = SM70_F16,
+       .rank = 2,
+       .vector_rows = 1,
+       .model_dtype = 1,
        .shape = {rows, dims->hidden}},
   };
   const DLTensor *tensors[] = {a->topk_weights, a->x, a->out};
   if (!sm70_check_tensors(ctx, need_data, tensors, specs, 3, plan)) return 0;
-  if (topk < 1) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "topk_ids has 0 columns");
+  if (topk < 1)
+    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "topk_ids has 0 columns");
   if (rows * topk > INT32_MAX) {
-    return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE, "T x top-k = %lld routed rows exceed "
-                        "32-bit indexing", (long long)(rows * topk));
+    return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE,
+                        "T x top-k = %lld routed rows exceed "
+                        "32-bit indexing",
+                        (long long)(rows * topk));
   }
   return 1;
 }
@@ -103,8 +131,10 @@ static int32_t check_weight_bases(const sm70ops_nvfp4_weights *w, sm70_plan *pla
   static const char *const kNames[] = {"w13", "w13_scale", "w2", "w2_scale"};
   for (int32_t i = 0; i < 4; ++i) {
     if ((uintptr_t)sm70_tensor_base(tensors[i]) % kAlign != 0) {
-      return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "%s: data + byte_offset is not "
-                          "%d-byte aligned", kNames[i], kAlign);
+      return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT,
+                          "%s: data + byte_offset is not "
+                          "%d-byte aligned",
+                          kNames[i], kAlign);
     }
   }
   return 1;
@@ -120,8 +150,12 @@ static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t
   /* With repacked weights the checkpoint tensors only describe the shapes. */
   int32_t need_weight_data = need_data && a->prepared == NULL;
   moe_dims dims;
-  const sm70_tensor_spec prepared_spec = {.name = "prepared", .dtype = SM70_U8, .rank = 1,
-                                          .optional = 1, .vector_rows = 1, .shape = {SM70_ANY}};
+  const sm70_tensor_spec prepared_spec = {.name = "prepared",
+                                          .dtype = SM70_U8,
+                                          .rank = 1,
+                                          .optional = 1,
+                                          .vector_rows = 1,
+                                          .shape = {SM70_ANY}};
   if (!check_weights(ctx, a->weights, need_weight_data, &dims, plan) ||
       !check_activations(ctx, a, need_data, &dims, plan) ||
       !sm70_check_tensors(ctx, need_data, &a->prepared, &prepared_spec, 1, plan)) {
@@ -130,7 +164,8 @@ static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t
   const nvfp4_moe_shape *shape = match_shape(&dims, a->topk_ids->shape[1], plan);
   if (shape == NULL || !check_weight_bases(a->weights, plan)) return;
   if (shape->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "nvfp4_moe: the SM70 kernel is not in this "
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
+                 "nvfp4_moe: the SM70 kernel is not in this "
                  "build");
     return;
   }
@@ -149,13 +184,14 @@ static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t n
   }
   moe_dims dims;
   if (!check_weights(ctx, a->weights, need_data, &dims, plan)) return;
-  const sm70_tensor_spec spec = {.name = "prepared", .dtype = SM70_U8, .rank = 1,
-                                 .vector_rows = 1, .shape = {SM70_ANY}};
+  const sm70_tensor_spec spec = {
+      .name = "prepared", .dtype = SM70_U8, .rank = 1, .vector_rows = 1, .shape = {SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &a->prepared, &spec, 1, plan)) return;
   const nvfp4_moe_shape *shape = match_shape(&dims, 1, plan);
   if (shape == NULL || !check_weight_bases(a->weights, plan)) return;
   if (shape->prepare == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "nvfp4_moe_prepare: the repack is not in "
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
+                 "nvfp4_moe_prepare: the repack is not in "
                  "this build");
     return;
   }

@@ -1,6 +1,7 @@
 /* How the generic entry points (dispatch.c) meet the ops: each op file defines one sm70_op, whose
  * plan() validates the op's argument struct against its table of supported shapes and says
- * whether, how and with what workspace it would run. check() reports the plan; execute() runs it. */
+ * whether, how and with what workspace it would run. check() reports the plan; execute() runs it.
+ */
 #ifndef SM70OPS_PLUGIN_OP_H_
 #define SM70OPS_PLUGIN_OP_H_
 
@@ -21,18 +22,18 @@ struct sm70_plan {
   sm70ops_route route;
   uint64_t workspace_bytes;
   uint64_t output_bytes;
-  sm70_launch_fn launch;  /* set on accept */
-  const void *shape;      /* the op's table entry that matched, for launch */
-  int64_t work_items;     /* 0: valid but empty (no rows): execute launches nothing */
+  sm70_launch_fn launch; /* set on accept */
+  const void *shape;     /* the op's table entry that matched, for launch */
+  int64_t work_items;    /* 0: valid but empty (no rows): execute launches nothing */
   char message[SM70OPS_MESSAGE_BYTES];
 };
 
 typedef struct sm70_op {
   sm70ops_op id;
-  const char *name;         /* "qsa_index": CLI, logs and messages */
-  uint32_t args_size;       /* sizeof the op's ABI 1.0 argument struct */
-  size_t disabled_field;    /* offsetof the sm70_settings flag that switches the op off */
-  const char *disabled_by;  /* the variables that set that flag, for the decline message */
+  const char *name;        /* "qsa_index": CLI, logs and messages */
+  uint32_t args_size;      /* sizeof the op's ABI 1.0 argument struct */
+  size_t disabled_field;   /* offsetof the sm70_settings flag that switches the op off */
+  const char *disabled_by; /* the variables that set that flag, for the decline message */
   /* Fills `plan`; `need_data` (execute) also requires data pointers. Pure: no CUDA call. */
   void (*plan)(const sm70ops_context *ctx, const void *args, int32_t need_data, sm70_plan *plan);
 } sm70_op;

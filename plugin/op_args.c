@@ -41,8 +41,8 @@ int32_t sm70_check_varlen(const sm70ops_context *ctx, int32_t need_data, const s
     return sm70_decline(plan, bad, "max_seq_len %d exceeds block_table capacity %lld pages x %d",
                         v->max_seq_len, (long long)max_pages, page_size);
   }
-  if (rows > 0 && (v->max_query_len < 1 || v->max_query_len > rows ||
-                   v->max_query_len > v->max_seq_len)) {
+  if (rows > 0 &&
+      (v->max_query_len < 1 || v->max_query_len > rows || v->max_query_len > v->max_seq_len)) {
     return sm70_decline(plan, bad, "max_query_len %d outside 1..min(rows %lld, max_seq_len %d)",
                         v->max_query_len, (long long)rows, v->max_seq_len);
   }

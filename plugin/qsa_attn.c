@@ -26,25 +26,38 @@ static int32_t check_selection(const sm70ops_context *ctx, const sm70ops_qsa_att
       {.name = "sel_blocks", .dtype = SM70_I32, .rank = 2, .shape = {rows, SM70_ANY}},
       {.name = "sel_mask", .dtype = SM70_U64, .rank = 2, .shape = {rows, nb}},
       {.name = "sel_count", .dtype = SM70_I32, .rank = 1, .shape = {rows}},
-      {.name = "out", .dtype = SM70_F16, .rank = 3, .vector_rows = 1, .model_dtype = 1,
+      {.name = "out",
+       .dtype = SM70_F16,
+       .rank = 3,
+       .vector_rows = 1,
+       .model_dtype = 1,
        .shape = {rows, heads, a->q->shape[2]}},
       {.name = "lse", .dtype = SM70_F32, .rank = 2, .optional = 1, .shape = {rows, heads}},
   };
   const DLTensor *tensors[] = {a->sel_blocks, a->sel_mask, a->sel_count, a->out, a->lse};
   if (!sm70_check_tensors(ctx, need_data, tensors, specs, 5, plan)) return 0;
-  if (nb < 1) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "sel_blocks has no columns");
+  if (nb < 1)
+    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "sel_blocks has no columns");
   return 1;
 }
 
 static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
                             int32_t need_data, sm70_plan *plan) {
   const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
-  const sm70_tensor_spec q_spec = {.name = "q", .dtype = SM70_F16, .rank = 3, .vector_rows = 1,
-                                   .model_dtype = 1, .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
+  const sm70_tensor_spec q_spec = {.name = "q",
+                                   .dtype = SM70_F16,
+                                   .rank = 3,
+                                   .vector_rows = 1,
+                                   .model_dtype = 1,
+                                   .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &a->q, &q_spec, 1, plan)) return 0;
   int64_t dim = a->q->shape[2];
-  const sm70_tensor_spec kv = {.name = "k_cache", .dtype = SM70_F16, .rank = 4, .vector_rows = 1,
-                               .model_dtype = 1, .shape = {SM70_ANY, SM70_ANY, SM70_ANY, dim}};
+  const sm70_tensor_spec kv = {.name = "k_cache",
+                               .dtype = SM70_F16,
+                               .rank = 4,
+                               .vector_rows = 1,
+                               .model_dtype = 1,
+                               .shape = {SM70_ANY, SM70_ANY, SM70_ANY, dim}};
   if (!sm70_check_tensors(ctx, need_data, &a->k_cache, &kv, 1, plan)) return 0;
   const int64_t *k = a->k_cache->shape;
   sm70_tensor_spec v_spec = kv;
@@ -88,7 +101,8 @@ static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t 
   const qsa_attn_shape *shape = match_shape(a, plan);
   if (shape == NULL) return;
   if (shape->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "qsa_attn: the SM70 kernel is not in this "
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
+                 "qsa_attn: the SM70 kernel is not in this "
                  "build");
     return;
   }

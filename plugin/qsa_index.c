@@ -13,8 +13,13 @@ typedef struct qsa_index_shape {
 } qsa_index_shape;
 
 static const qsa_index_shape kShapes[] = {
-    {.heads = 4, .head_dim = 128, .page_size = 64, .topk_min = 512, .topk_max = 4096,
-     .route = SM70OPS_ROUTE_QSA_INDEX_WMMA, .launch = NULL},
+    {.heads = 4,
+     .head_dim = 128,
+     .page_size = 64,
+     .topk_min = 512,
+     .topk_max = 4096,
+     .route = SM70OPS_ROUTE_QSA_INDEX_WMMA,
+     .launch = NULL},
 };
 
 /* The reference semantics accept any K in 1..kMaxTopk; the table narrows the fast path. */
@@ -35,7 +40,11 @@ static int32_t check_outputs(const sm70ops_context *ctx, const sm70ops_qsa_index
   int64_t nb = blocks != NULL && blocks->ndim == 2 && blocks->shape != NULL ? blocks->shape[1] : 0;
   const sm70_tensor_spec specs[] = {
       {.name = "topk_idx", .dtype = SM70_I32, .rank = 2, .optional = 1, .shape = {rows, a->topk}},
-      {.name = "sel_blocks", .dtype = SM70_I32, .rank = 2, .optional = 1, .shape = {rows, SM70_ANY}},
+      {.name = "sel_blocks",
+       .dtype = SM70_I32,
+       .rank = 2,
+       .optional = 1,
+       .shape = {rows, SM70_ANY}},
       {.name = "sel_mask", .dtype = SM70_U64, .rank = 2, .optional = 1, .shape = {rows, nb}},
       {.name = "sel_count", .dtype = SM70_I32, .rank = 1, .optional = 1, .shape = {rows}},
   };
@@ -47,15 +56,23 @@ static int32_t check_outputs(const sm70ops_context *ctx, const sm70ops_qsa_index
 
 static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_index_args *a,
                             int32_t need_data, sm70_plan *plan) {
-  const sm70_tensor_spec q_spec = {.name = "q", .dtype = SM70_F16, .rank = 3, .vector_rows = 1,
-                                   .model_dtype = 1, .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
+  const sm70_tensor_spec q_spec = {.name = "q",
+                                   .dtype = SM70_F16,
+                                   .rank = 3,
+                                   .vector_rows = 1,
+                                   .model_dtype = 1,
+                                   .shape = {SM70_ANY, SM70_ANY, SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &a->q, &q_spec, 1, plan)) return 0;
   int64_t rows = a->q->shape[0];
   int64_t heads = a->q->shape[1];
   int64_t dim = a->q->shape[2];
   const sm70_tensor_spec specs[] = {
       {.name = "weights", .dtype = SM70_F32, .rank = 2, .shape = {rows, heads}},
-      {.name = "k_index", .dtype = SM70_F16, .rank = 3, .vector_rows = 1, .model_dtype = 1,
+      {.name = "k_index",
+       .dtype = SM70_F16,
+       .rank = 3,
+       .vector_rows = 1,
+       .model_dtype = 1,
        .shape = {SM70_ANY, SM70_ANY, dim}},
   };
   const DLTensor *tensors[] = {a->weights, a->k_index};
@@ -79,7 +96,8 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
   int64_t page_size = a->k_index->shape[1];
   for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
     const qsa_index_shape *s = &kShapes[i];
-    if (q->shape[1] != s->heads || q->shape[2] != s->head_dim || page_size != s->page_size) continue;
+    if (q->shape[1] != s->heads || q->shape[2] != s->head_dim || page_size != s->page_size)
+      continue;
     if (a->topk < s->topk_min || a->topk > s->topk_max) {
       sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE, "topk %d outside the fast path's %d..%d",
                    a->topk, s->topk_min, s->topk_max);
@@ -102,7 +120,8 @@ static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t
   const qsa_index_shape *shape = match_shape(a, plan);
   if (shape == NULL) return;
   if (shape->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "qsa_index: the SM70 kernel is not in this "
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
+                 "qsa_index: the SM70 kernel is not in this "
                  "build");
     return;
   }

@@ -23,9 +23,18 @@ static const named_code kStatuses[SM70OPS_STATUS_COUNT] = {
 };
 
 static const char *const kReasons[SM70OPS_REASON_COUNT] = {
-    "ACCEPTED",          "PLUGIN_DISABLED",   "OP_DISABLED",       "NO_DEVICE",
-    "ARCH",              "UNKNOWN_OP",        "STRUCT_SIZE",       "INVALID_ARGUMENT",
-    "UNSUPPORTED_DTYPE", "UNSUPPORTED_SHAPE", "BELOW_CROSSOVER",   "NOT_IMPLEMENTED",
+    "ACCEPTED",
+    "PLUGIN_DISABLED",
+    "OP_DISABLED",
+    "NO_DEVICE",
+    "ARCH",
+    "UNKNOWN_OP",
+    "STRUCT_SIZE",
+    "INVALID_ARGUMENT",
+    "UNSUPPORTED_DTYPE",
+    "UNSUPPORTED_SHAPE",
+    "BELOW_CROSSOVER",
+    "NOT_IMPLEMENTED",
     "TOO_LARGE",
 };
 

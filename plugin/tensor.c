@@ -19,10 +19,10 @@ enum { kRowAlignBytes = 16 };
 /* Offsets are computed in int64; keep every extent far from overflow. */
 static const int64_t kMaxExtentElements = (int64_t)1 << 48;
 
-#define FAIL(...)                                \
-  do {                                           \
+#define FAIL(...)                                  \
+  do {                                             \
     snprintf(why, (size_t)why_bytes, __VA_ARGS__); \
-    return 0;                                    \
+    return 0;                                      \
   } while (0)
 
 static int32_t shape_valid(const DLTensor *t, const sm70_tensor_spec *spec, char *why,
@@ -30,7 +30,8 @@ static int32_t shape_valid(const DLTensor *t, const sm70_tensor_spec *spec, char
   if (t->ndim != spec->rank) FAIL("%s: rank %d, expected %d", spec->name, t->ndim, spec->rank);
   if (t->shape == NULL) FAIL("%s: shape is NULL", spec->name);
   for (int32_t d = 0; d < spec->rank; ++d) {
-    if (t->shape[d] < 0) FAIL("%s: dim %d is negative (%lld)", spec->name, d, (long long)t->shape[d]);
+    if (t->shape[d] < 0)
+      FAIL("%s: dim %d is negative (%lld)", spec->name, d, (long long)t->shape[d]);
     if (t->shape[d] > INT32_MAX) {
       FAIL("%s: dim %d is %lld, beyond 32-bit indexing", spec->name, d, (long long)t->shape[d]);
     }
@@ -55,7 +56,8 @@ static int32_t dtype_valid(const DLTensor *t, const sm70_tensor_spec *spec, char
 /* Strides in elements: innermost 1, others positive, 16-byte aligned; or dense when required. */
 static int32_t strides_valid(const DLTensor *t, const sm70_tensor_spec *spec, char *why,
                              uint64_t why_bytes) {
-  if (t->strides == NULL) FAIL("%s: strides is NULL (sm70ops requires explicit strides)", spec->name);
+  if (t->strides == NULL)
+    FAIL("%s: strides is NULL (sm70ops requires explicit strides)", spec->name);
   int64_t elem_bytes = kDtypes[spec->dtype].bits / 8;
   int64_t dense = 1;
   int64_t extent = 1;
@@ -63,8 +65,8 @@ static int32_t strides_valid(const DLTensor *t, const sm70_tensor_spec *spec, ch
     int64_t stride = t->strides[d];
     int32_t innermost = d == spec->rank - 1;
     if (spec->contiguous && stride != dense) {
-      FAIL("%s: stride %lld at dim %d, must be contiguous (%lld)", spec->name, (long long)stride,
-           d, (long long)dense);
+      FAIL("%s: stride %lld at dim %d, must be contiguous (%lld)", spec->name, (long long)stride, d,
+           (long long)dense);
     }
     if (innermost && stride != 1 && t->shape[d] > 1) {
       FAIL("%s: innermost stride %lld, must be 1", spec->name, (long long)stride);
@@ -76,7 +78,8 @@ static int32_t strides_valid(const DLTensor *t, const sm70_tensor_spec *spec, ch
       FAIL("%s: stride %lld at dim %d must be a multiple of %lld elements (16-byte rows)",
            spec->name, (long long)stride, d, (long long)(kRowAlignBytes / elem_bytes));
     }
-    if (stride > kMaxExtentElements) FAIL("%s: stride %lld too large", spec->name, (long long)stride);
+    if (stride > kMaxExtentElements)
+      FAIL("%s: stride %lld too large", spec->name, (long long)stride);
     extent += (t->shape[d] > 0 ? t->shape[d] - 1 : 0) * stride;
     if (extent > kMaxExtentElements) FAIL("%s: spans more than 2^48 elements", spec->name);
     dense *= t->shape[d];

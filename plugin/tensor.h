@@ -21,11 +21,11 @@ typedef enum {
 /* What one argument must look like. Shapes may name SM70_ANY for dimensions the op then relates
  * to each other (T of q must equal T of weights, ...). */
 typedef struct sm70_tensor_spec {
-  const char *name;  /* as in the header: "q", "k_cache" */
+  const char *name; /* as in the header: "q", "k_cache" */
   sm70_dtype dtype;
   int32_t rank;
-  int32_t optional;  /* 1: NULL allowed */
-  int32_t contiguous; /* 1: dense row-major (strides exactly the products of the shape) */
+  int32_t optional;    /* 1: NULL allowed */
+  int32_t contiguous;  /* 1: dense row-major (strides exactly the products of the shape) */
   int32_t vector_rows; /* 1: base and outer strides 16-byte aligned (kernels use 16-byte loads) */
   int32_t model_dtype; /* 1: model data; another dtype (bf16, ...) is unsupported, not invalid */
   int64_t shape[SM70_MAX_RANK];
@@ -33,15 +33,15 @@ typedef struct sm70_tensor_spec {
 
 /* Checks `t` against `spec`: rank, dtype, device (kDLCUDA, `device_ordinal`), non-NULL strides,
  * sizes in 0..INT32_MAX, a contiguous innermost dimension, an element-aligned base (16-byte base
- * and outer strides for vector_rows), an extent below 2^48 elements, and, when `need_data`, a non-NULL data pointer.
- * Returns SM70OPS_REASON_ACCEPTED when valid; else INVALID_ARGUMENT, or UNSUPPORTED_DTYPE for a
- * model_dtype tensor of another dtype, with a sentence in `why` ("q: dim 2 is 64, expected 128"). */
-sm70ops_reason sm70_tensor_check(const DLTensor *t, const sm70_tensor_spec *spec, int32_t device_ordinal,
-                          int32_t need_data, char *why, uint64_t why_bytes);
+ * and outer strides for vector_rows), an extent below 2^48 elements, and, when `need_data`, a
+ * non-NULL data pointer. Returns SM70OPS_REASON_ACCEPTED when valid; else INVALID_ARGUMENT, or
+ * UNSUPPORTED_DTYPE for a model_dtype tensor of another dtype, with a sentence in `why` ("q: dim 2
+ * is 64, expected 128"). */
+sm70ops_reason sm70_tensor_check(const DLTensor *t, const sm70_tensor_spec *spec,
+                                 int32_t device_ordinal, int32_t need_data, char *why,
+                                 uint64_t why_bytes);
 
 /* Byte address of element 0 (data + byte_offset). */
-static inline char *sm70_tensor_base(const DLTensor *t) {
-  return (char *)t->data + t->byte_offset;
-}
+static inline char *sm70_tensor_base(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
 
 #endif /* SM70OPS_PLUGIN_TENSOR_H_ */

@@ -12,12 +12,25 @@ _TOOLCHAINS = {
         nvcc = "/usr/local/cuda/bin/nvcc",
         host_compiler = "g++",
         archs = ["75", "90"],
+        host_includes = [],
     ),
     "sm70": struct(
         path = "/usr/lib/nvidia-cuda-toolkit/bin:/usr/bin:/bin",
         nvcc = "/usr/bin/nvcc",
         host_compiler = "clang-14",
         archs = ["70"],
+        # /usr/local/include holds links to CUDA 13's headers and comes before /usr/include in
+        # the default search order; CUDA 11.8's kernel-launch stubs then fail to compile. Spell
+        # out the search path with /usr/local/include left out.
+        host_includes = [
+            "-nostdlibinc",
+            "-isystem/usr/include/c++/12",
+            "-isystem/usr/include/x86_64-linux-gnu/c++/12",
+            "-isystem/usr/include/c++/12/backward",
+            "-isystem/usr/lib/llvm-14/lib/clang/14.0.6/include",
+            "-isystem/usr/include/x86_64-linux-gnu",
+            "-isystem/usr/include",
+        ],
     ),
 }
 
@@ -36,7 +49,15 @@ def _cuda_objects_impl(ctx):
     objects = []
     for src in ctx.files.srcs:
         obj = ctx.actions.declare_file("_objs/{}/{}.o".format(ctx.label.name, src.path))
-        args = _FLAGS + gencode + ctx.attr.copts + ["-ccbin", toolchain.host_compiler, "-c", src.path, "-o", obj.path]
+        host = ["-Xcompiler=" + flag for flag in toolchain.host_includes]
+        args = _FLAGS + gencode + host + ctx.attr.copts + [
+            "-ccbin",
+            toolchain.host_compiler,
+            "-c",
+            src.path,
+            "-o",
+            obj.path,
+        ]
         ctx.actions.run_shell(
             inputs = [src] + ctx.files.hdrs,
             outputs = [obj],
@@ -74,5 +95,7 @@ def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None
         srcs = [":" + name + "_objects"],
         hdrs = hdrs,
         deps = deps + ["//tools:cudart_static"],
+        # Kernels are reached through the plugin's tables, not by symbol: keep every object.
+        alwayslink = 1,
         visibility = visibility,
     )

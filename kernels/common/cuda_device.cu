@@ -1,8 +1,8 @@
-#include "kernels/common/cuda_device.h"
-
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "kernels/common/cuda_device.h"
 
 namespace {
 
