@@ -190,13 +190,16 @@ typedef struct sm70ops_qsa_index_args {
   int32_t topk; /* K */
   int32_t max_seq_len;
   int32_t max_query_len;
+  /* Device scratch the host allows (0: 256 MiB). The op scores rows in chunks that fit it. */
+  uint64_t max_workspace_bytes;
   const DLTensor *q;               /* [T, 4, 128] fp16, RoPE applied */
   const DLTensor *weights;         /* [T, 4] fp32, every scale folded in */
   const DLTensor *k_index;         /* [num_pages, 64, 128] fp16, paged MQA index keys */
   const DLTensor *query_start_loc; /* [R+1] int32 */
   const DLTensor *seq_lens;        /* [R] int32 */
   const DLTensor *block_table;     /* [R, max_pages] int32 */
-  /* Outputs; each optional, at least one of topk_idx or the sel_* triple. */
+  /* Outputs; each optional, at least one of topk_idx or the sel_* triple. NB must be at least
+   * min(K, ceil(max_seq_len / 64)), the most pages a row can select. */
   const DLTensor *topk_idx;   /* [T, K] int32, request-local positions ascending, -1 padded */
   const DLTensor *sel_blocks; /* [T, NB] int32, sorted unique logical pages, -1 padded */
   const DLTensor *sel_mask;   /* [T, NB] uint64, bit b: token 64*page+b selected */
@@ -240,7 +243,7 @@ typedef struct sm70ops_nvfp4_moe_prepare_args {
   uint32_t struct_size;
   uint32_t reserved0; /* must be 0 */
   const sm70ops_nvfp4_weights *weights;
-  const DLTensor *prepared; /* [output_bytes] uint8, written */
+  const DLTensor *prepared; /* [output_bytes] uint8, written; may be NULL for check() */
 } sm70ops_nvfp4_moe_prepare_args;
 
 /* Op 3: out[t] = sum_j topk_weights[t,j] * expert_{topk_ids[t,j]}(x[t]); at TP>1 a partial sum. */
@@ -269,6 +272,7 @@ typedef struct sm70ops_api {
   /* Static strings, never NULL: unknown codes give "SM70OPS_STATUS_UNKNOWN" / "unknown status". */
   const char *(*status_name)(sm70ops_status status);
   const char *(*status_string)(sm70ops_status status);
+  /* The enum's suffix, for tables and logs: "BELOW_CROSSOVER", unknown: "UNKNOWN_REASON". */
   const char *(*reason_name)(sm70ops_reason reason);
   /* The calling thread's last failure, "" if none. Valid until that thread's next call. */
   const char *(*last_error)(void);

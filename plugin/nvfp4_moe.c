@@ -184,8 +184,13 @@ static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t n
   }
   moe_dims dims;
   if (!check_weights(ctx, a->weights, need_data, &dims, plan)) return;
-  const sm70_tensor_spec spec = {
-      .name = "prepared", .dtype = SM70_U8, .rank = 1, .vector_rows = 1, .shape = {SM70_ANY}};
+  /* check() may omit `prepared`: a host asks for output_bytes before it allocates the buffer. */
+  const sm70_tensor_spec spec = {.name = "prepared",
+                                 .dtype = SM70_U8,
+                                 .rank = 1,
+                                 .optional = !need_data,
+                                 .vector_rows = 1,
+                                 .shape = {SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &a->prepared, &spec, 1, plan)) return;
   const nvfp4_moe_shape *shape = match_shape(&dims, 1, plan);
   if (shape == NULL || !check_weight_bases(a->weights, plan)) return;

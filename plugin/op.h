@@ -25,6 +25,7 @@ struct sm70_plan {
   sm70_launch_fn launch; /* set on accept */
   const void *shape;     /* the op's table entry that matched, for launch */
   int64_t work_items;    /* 0: valid but empty (no rows): execute launches nothing */
+  int32_t chunk_rows;    /* rows per pass, for ops whose workspace bounds a pass (qsa_index) */
   char message[SM70OPS_MESSAGE_BYTES];
 };
 
@@ -47,6 +48,9 @@ extern const sm70_op sm70_op_nvfp4_moe_prepare;
  * sm70_decline(...)` from a helper that answers "still valid?". */
 int32_t sm70_decline(sm70_plan *plan, sm70ops_reason reason, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* SM70OPS_OK for a CUDA launch status of 0; else SM70OPS_ERR_CUDA with the runtime's message. */
+sm70ops_status sm70_launch_result(const char *op, int32_t cuda_status);
 
 /* Checks tensors[i] against specs[i] for i < count; on the first failure declines with its reason
  * and returns 0. */

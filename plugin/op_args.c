@@ -1,5 +1,14 @@
-/* Argument checks shared by several ops. */
+/* Argument checks and launch results shared by several ops. */
+#include "kernels/common/cuda_device.h"
 #include "plugin/op.h"
+#include "plugin/status.h"
+
+sm70ops_status sm70_launch_result(const char *op, int32_t cuda_status) {
+  if (cuda_status == 0) return SM70OPS_OK;
+  sm70_cuda_error err;
+  sm70_cuda_describe(cuda_status, &err);
+  return sm70_fail(SM70OPS_ERR_CUDA, "%s: %s", op, err.message);
+}
 
 int32_t sm70_check_tensors(const sm70ops_context *ctx, int32_t need_data,
                            const DLTensor *const *tensors, const sm70_tensor_spec *specs,

@@ -1,5 +1,8 @@
 /* Op 1, QSA index (score, top-k, expand): argument checks, supported shapes, dispatch. */
+#include "kernels/qsa_index/qsa_index.h"
+
 #include "plugin/op.h"
+#include "plugin/status.h"
 
 /* What the fast path runs. The capability check and the dispatch both read this one table. */
 typedef struct qsa_index_shape {
@@ -8,18 +11,23 @@ typedef struct qsa_index_shape {
   int32_t page_size; /* tokens per k_index page */
   int32_t topk_min;  /* K range of the fast path */
   int32_t topk_max;
+  int32_t max_seq_len; /* longest context the kernel keeps on chip */
   sm70ops_route route;
   sm70_launch_fn launch; /* NULL: the kernel is not in this build */
 } qsa_index_shape;
 
+static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, void *stream,
+                                       void *workspace);
+
 static const qsa_index_shape kShapes[] = {
-    {.heads = 4,
-     .head_dim = 128,
-     .page_size = 64,
+    {.heads = SM70_QSA_INDEX_HEADS,
+     .head_dim = SM70_QSA_INDEX_DIM,
+     .page_size = SM70_QSA_INDEX_PAGE,
      .topk_min = 512,
-     .topk_max = 4096,
+     .topk_max = SM70_QSA_INDEX_MAX_TOPK,
+     .max_seq_len = SM70_QSA_INDEX_MAX_SEQ_LEN,
      .route = SM70OPS_ROUTE_QSA_INDEX_WMMA,
-     .launch = NULL},
+     .launch = launch_qsa_index},
 };
 
 /* The reference semantics accept any K in 1..kMaxTopk; the table narrows the fast path. */
@@ -103,6 +111,11 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
                    a->topk, s->topk_min, s->topk_max);
       return NULL;
     }
+    if (a->max_seq_len > s->max_seq_len) {
+      sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+                   "max_seq_len %d beyond the fast path's %d", a->max_seq_len, s->max_seq_len);
+      return NULL;
+    }
     return s;
   }
   sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
@@ -113,22 +126,95 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
   return NULL;
 }
 
+/* The scorer reads keys as WMMA fragments straight from the cache: 32-byte aligned pages and
+ * tokens. Any other view is valid but takes the host's path. */
+static int32_t keys_aligned(const DLTensor *k, sm70_plan *plan) {
+  const int64_t elems = 16; /* 32 bytes of fp16 */
+  if ((uintptr_t)sm70_tensor_base(k) % 32 != 0 || k->strides[0] % elems != 0 ||
+      k->strides[1] % elems != 0) {
+    return sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+                        "k_index base or page/token stride not 32-byte aligned: the scorer "
+                        "reads keys as tensor-core fragments in place");
+  }
+  return 1;
+}
+
+/* A row selects at most min(K, its pages) pages; a narrower sel_blocks could overflow. */
+static int32_t selection_wide_enough(const sm70ops_qsa_index_args *a, sm70_plan *plan) {
+  if (a->sel_blocks == NULL) return 1;
+  int64_t pages = ((int64_t)a->max_seq_len + SM70_QSA_INDEX_PAGE - 1) / SM70_QSA_INDEX_PAGE;
+  int64_t needed = pages < a->topk ? pages : a->topk;
+  if (a->sel_blocks->shape[1] < needed) {
+    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT,
+                        "sel_blocks width %lld < min(topk %d, ceil(max_seq_len %d / 64)) = %lld",
+                        (long long)a->sel_blocks->shape[1], a->topk, a->max_seq_len,
+                        (long long)needed);
+  }
+  return 1;
+}
+
+enum { kDefaultWorkspaceBytes = 256 << 20 };
+
+static int32_t plan_workspace(const sm70ops_qsa_index_args *a, sm70_plan *plan) {
+  uint64_t cap = a->max_workspace_bytes ? a->max_workspace_bytes : kDefaultWorkspaceBytes;
+  int32_t rows = (int32_t)a->q->shape[0];
+  plan->workspace_bytes = sm70_qsa_index_workspace(rows, a->max_seq_len, cap, &plan->chunk_rows);
+  if (rows > 0 && plan->chunk_rows == 0) {
+    return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE,
+                        "max_workspace_bytes %llu cannot hold one 16-row chunk of %d scores",
+                        (unsigned long long)cap, a->max_seq_len);
+  }
+  return 1;
+}
+
 static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t need_data,
                            sm70_plan *plan) {
   const sm70ops_qsa_index_args *a = args;
-  if (!check_inputs(ctx, a, need_data, plan)) return;
+  if (!check_inputs(ctx, a, need_data, plan) || !selection_wide_enough(a, plan)) return;
   const qsa_index_shape *shape = match_shape(a, plan);
-  if (shape == NULL) return;
-  if (shape->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
-                 "qsa_index: the SM70 kernel is not in this "
-                 "build");
-    return;
-  }
+  if (shape == NULL || !keys_aligned(a->k_index, plan) || !plan_workspace(a, plan)) return;
   plan->route = shape->route;
   plan->launch = shape->launch;
   plan->shape = shape;
   plan->work_items = a->q->shape[0];
+}
+
+static void *data_of(const DLTensor *t) { return t == NULL ? NULL : sm70_tensor_base(t); }
+static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }
+
+static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, void *stream,
+                                       void *workspace) {
+  const sm70ops_qsa_index_args *a = args;
+  sm70_qsa_index_params p = {
+      .q = data_of(a->q),
+      .q_row_stride = a->q->strides[0],
+      .q_head_stride = a->q->strides[1],
+      .weights = data_of(a->weights),
+      .weights_row_stride = a->weights->strides[0],
+      .k_index = data_of(a->k_index),
+      .k_page_stride = a->k_index->strides[0],
+      .k_token_stride = a->k_index->strides[1],
+      .query_start_loc = data_of(a->query_start_loc),
+      .seq_lens = data_of(a->seq_lens),
+      .block_table = data_of(a->block_table),
+      .block_table_stride = a->block_table->strides[0],
+      .topk_idx = data_of(a->topk_idx),
+      .topk_idx_stride = row_stride(a->topk_idx),
+      .sel_blocks = data_of(a->sel_blocks),
+      .sel_blocks_stride = row_stride(a->sel_blocks),
+      .sel_mask = data_of(a->sel_mask),
+      .sel_mask_stride = row_stride(a->sel_mask),
+      .sel_count = data_of(a->sel_count),
+      .rows = (int32_t)a->q->shape[0],
+      .requests = (int32_t)a->seq_lens->shape[0],
+      .num_pages = (int32_t)a->k_index->shape[0],
+      .max_pages = (int32_t)a->block_table->shape[1],
+      .max_seq_len = a->max_seq_len,
+      .topk = a->topk,
+      .sel_width = a->sel_blocks == NULL ? 0 : (int32_t)a->sel_blocks->shape[1],
+      .chunk_rows = plan->chunk_rows,
+  };
+  return sm70_launch_result("qsa_index", sm70_qsa_index_launch(&p, workspace, stream));
 }
 
 const sm70_op sm70_op_qsa_index = {

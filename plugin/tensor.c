@@ -80,9 +80,13 @@ static int32_t strides_valid(const DLTensor *t, const sm70_tensor_spec *spec, ch
     }
     if (stride > kMaxExtentElements)
       FAIL("%s: stride %lld too large", spec->name, (long long)stride);
-    extent += (t->shape[d] > 0 ? t->shape[d] - 1 : 0) * stride;
-    if (extent > kMaxExtentElements) FAIL("%s: spans more than 2^48 elements", spec->name);
-    dense *= t->shape[d];
+    int64_t span = t->shape[d] > 0 ? t->shape[d] - 1 : 0;
+    if (stride > 0 && span > (kMaxExtentElements - extent) / stride) {
+      FAIL("%s: spans more than 2^48 elements", spec->name);
+    }
+    extent += span * stride;
+    /* Bounded by the extent check when the spec is contiguous (dense == stride); unused else. */
+    if (spec->contiguous) dense *= t->shape[d];
   }
   return 1;
 }

@@ -75,6 +75,6 @@ extern "C" int32_t sm70_cuda_leave(int32_t previous, sm70_cuda_error *err) {
   return report(cudaSetDevice(previous), "cudaSetDevice", err);
 }
 
-extern "C" int32_t sm70_cuda_launch_status(sm70_cuda_error *err) {
-  return report(cudaGetLastError(), "kernel launch", err);
+extern "C" void sm70_cuda_describe(int32_t code, sm70_cuda_error *err) {
+  report(static_cast<cudaError_t>(code), "kernel launch", err);
 }

@@ -37,8 +37,8 @@ int32_t sm70_cuda_compute_capability(int32_t ordinal, int32_t *cc, sm70_cuda_err
 int32_t sm70_cuda_enter(int32_t ordinal, int32_t *previous, sm70_cuda_error *err);
 int32_t sm70_cuda_leave(int32_t previous, sm70_cuda_error *err);
 
-/* The first error of the launches just made on the calling thread (cudaGetLastError). */
-int32_t sm70_cuda_launch_status(sm70_cuda_error *err);
+/* Fills `err` with the runtime's name and text for a cudaError_t value. */
+void sm70_cuda_describe(int32_t code, sm70_cuda_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,184 @@
+/* sm70ops bench qsa_index: 1024 rows against 1K..128K keys, and whole 8K/32K/128K prefills in
+ * 1024-row chunks (the last rows of a prompt see the most keys). One request, K = 2048. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "integration/cli/bench.h"
+
+enum { kRows = 1024, kMaxKeys = 131072, kHeads = 4, kDim = 128, kPage = 64, kTopk = 2048 };
+enum { kMaxPages = kMaxKeys / kPage };
+
+typedef struct index_buffers {
+  void *q, *w, *k, *qsl, *lens, *table, *topk, *blocks, *masks, *count, *workspace;
+  uint64_t workspace_bytes;
+} index_buffers;
+
+typedef struct index_call {
+  int64_t shapes[12][3];
+  int64_t strides[12][3];
+  DLTensor t[12];
+  sm70ops_qsa_index_args args;
+} index_call;
+
+static const DLTensor *view(index_call *c, int i, void *data, DLDataType dtype, int ndim,
+                            const int64_t *shape) {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    c->shapes[i][d] = shape[d];
+    c->strides[i][d] = stride;
+    stride *= shape[d];
+  }
+  c->t[i] = (DLTensor){.data = data,
+                       .device = {kDLCUDA, 0},
+                       .ndim = ndim,
+                       .dtype = dtype,
+                       .shape = c->shapes[i],
+                       .strides = c->strides[i]};
+  return &c->t[i];
+}
+
+/* Rows are the last `rows` of a `keys`-token prompt. */
+static void describe(index_call *c, const index_buffers *b, int rows, int keys) {
+  const DLDataType f16 = {kDLFloat, 16, 1}, f32 = {kDLFloat, 32, 1}, i32 = {kDLInt, 32, 1};
+  const DLDataType u64 = {kDLUInt, 64, 1};
+  const int64_t pages = (keys + kPage - 1) / kPage, nb = pages < kTopk ? pages : kTopk;
+  sm70ops_qsa_index_args *a = &c->args;
+  memset(a, 0, sizeof(*a));
+  a->struct_size = sizeof(*a);
+  a->topk = kTopk;
+  a->max_seq_len = keys;
+  a->max_query_len = rows;
+  a->q = view(c, 0, b->q, f16, 3, (int64_t[]){rows, kHeads, kDim});
+  a->weights = view(c, 1, b->w, f32, 2, (int64_t[]){rows, kHeads});
+  a->k_index = view(c, 2, b->k, f16, 3, (int64_t[]){kMaxPages, kPage, kDim});
+  a->query_start_loc = view(c, 3, b->qsl, i32, 1, (int64_t[]){2});
+  a->seq_lens = view(c, 4, b->lens, i32, 1, (int64_t[]){1});
+  a->block_table = view(c, 5, b->table, i32, 2, (int64_t[]){1, pages});
+  a->topk_idx = view(c, 6, b->topk, i32, 2, (int64_t[]){rows, kTopk});
+  a->sel_blocks = view(c, 7, b->blocks, i32, 2, (int64_t[]){rows, nb});
+  a->sel_mask = view(c, 8, b->masks, u64, 2, (int64_t[]){rows, nb});
+  a->sel_count = view(c, 9, b->count, i32, 1, (int64_t[]){rows});
+}
+
+static int fill_inputs(index_buffers *b) {
+  const uint64_t q_n = (uint64_t)kRows * kHeads * kDim, k_n = (uint64_t)kMaxKeys * kDim;
+  uint16_t *halves = malloc(k_n * sizeof(uint16_t));
+  float *w = malloc((uint64_t)kRows * kHeads * sizeof(float));
+  int32_t *table = malloc(kMaxPages * sizeof(int32_t));
+  int ok = halves && w && table;
+  if (ok) {
+    for (int32_t p = 0; p < kMaxPages; ++p) table[p] = (p * 7919) % kMaxPages;  // scattered pages
+    bench_random_halves(halves, k_n, 11);
+    ok = bench_upload(b->k, halves, k_n * 2);
+    bench_random_halves(halves, q_n, 12);
+    bench_random_floats(w, (uint64_t)kRows * kHeads, 13, -1.f, 1.f);
+    ok = ok && bench_upload(b->q, halves, q_n * 2) &&
+         bench_upload(b->w, w, (uint64_t)kRows * kHeads * 4) &&
+         bench_upload(b->table, table, kMaxPages * 4);
+  }
+  free(halves);
+  free(w);
+  free(table);
+  return ok;
+}
+
+static int alloc_buffers(index_buffers *b) {
+  const uint64_t sizes[] = {(uint64_t)kRows * kHeads * kDim * 2,
+                            (uint64_t)kRows * kHeads * 4,
+                            (uint64_t)kMaxKeys * kDim * 2,
+                            8,
+                            4,
+                            kMaxPages * 4,
+                            (uint64_t)kRows * kTopk * 4,
+                            (uint64_t)kRows * kTopk * 4,
+                            (uint64_t)kRows * kTopk * 8,
+                            kRows * 4};
+  void **slots[] = {&b->q,     &b->w,    &b->k,      &b->qsl,   &b->lens,
+                    &b->table, &b->topk, &b->blocks, &b->masks, &b->count};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+    if ((*slots[i] = bench_alloc(sizes[i])) == NULL) return 0;
+  }
+  return fill_inputs(b);
+}
+
+static void free_buffers(index_buffers *b) {
+  void *all[] = {b->q,    b->w,      b->k,     b->qsl,   b->lens,     b->table,
+                 b->topk, b->blocks, b->masks, b->count, b->workspace};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i) bench_free(all[i]);
+}
+
+static bench_work index_work(int rows, int keys) {
+  double scored = 0;  // sum over rows of the keys each row sees
+  for (int i = 0; i < rows; ++i) scored += keys - rows + i + 1;
+  const int64_t pages = (keys + kPage - 1) / kPage, nb = pages < kTopk ? pages : kTopk;
+  bench_work w = {.flops = scored * kHeads * kDim * 2};
+  w.bytes = (double)rows * kHeads * (kDim * 2 + 4) + (double)keys * kDim * 2 +
+            (double)rows * (kTopk * 4 + nb * 12 + 4);
+  return w;
+}
+
+/* Times one call shape; < 0 when declined or failed (the reason is printed). */
+static double time_call(const sm70ops_host *h, index_buffers *b, int rows, int keys, int reps) {
+  const int32_t qsl[2] = {0, rows}, lens[1] = {keys};
+  if (!bench_upload(b->qsl, qsl, sizeof(qsl)) || !bench_upload(b->lens, lens, sizeof(lens)))
+    return -1;
+  index_call call;
+  describe(&call, b, rows, keys);
+  sm70ops_decision d = {.struct_size = sizeof(d)};
+  sm70ops_host_decide(h, SM70OPS_OP_QSA_INDEX, &call.args, &d);
+  if (!d.accepted) {
+    printf("  %d x %d: declined: %s\n", rows, keys, d.message);
+    return -1;
+  }
+  if (d.workspace_bytes > b->workspace_bytes) {
+    bench_free(b->workspace);
+    if ((b->workspace = bench_alloc(d.workspace_bytes)) == NULL) return -1;
+    b->workspace_bytes = d.workspace_bytes;
+  }
+  return bench_time_execute(h, SM70OPS_OP_QSA_INDEX, &call.args, b->workspace, d.workspace_bytes, 2,
+                            reps);
+}
+
+static void sweep(const sm70ops_host *h, index_buffers *b, const bench_ceiling *device) {
+  printf("qsa_index: %d rows (the last of the prompt) x keys, K = %d\n", kRows, kTopk);
+  bench_print_header();
+  for (int keys = 1024; keys <= kMaxKeys; keys *= 2) {
+    double ms = time_call(h, b, kRows, keys, keys >= 65536 ? 9 : 21);
+    if (ms < 0) continue;
+    char work[32];
+    snprintf(work, sizeof(work), "%d x %d", kRows, keys);
+    bench_print_row("sweep", work, ms, index_work(kRows, keys), device);
+  }
+}
+
+static void prefills(const sm70ops_host *h, index_buffers *b, const bench_ceiling *device) {
+  static const int kPrompts[] = {8192, 32768, 131072};
+  printf("qsa_index: whole prefills in %d-row chunks (sum of per-chunk medians)\n", kRows);
+  bench_print_header();
+  for (size_t i = 0; i < sizeof(kPrompts) / sizeof(kPrompts[0]); ++i) {
+    double total = 0;
+    bench_work work = {0, 0};
+    for (int end = kRows; end <= kPrompts[i]; end += kRows) {
+      double ms = time_call(h, b, kRows, end, 5);
+      if (ms < 0) return;
+      bench_work w = index_work(kRows, end);
+      total += ms, work.flops += w.flops, work.bytes += w.bytes;
+    }
+    char label[32], what[32];
+    snprintf(label, sizeof(label), "prefill %dK", kPrompts[i] / 1024);
+    snprintf(what, sizeof(what), "%d chunks", kPrompts[i] / kRows);
+    bench_print_row(label, what, total, work, device);
+  }
+}
+
+int bench_qsa_index(const sm70ops_host *h, const bench_ceiling *device) {
+  index_buffers b;
+  memset(&b, 0, sizeof(b));
+  int ok = alloc_buffers(&b);
+  if (ok) {
+    sweep(h, &b, device);
+    prefills(h, &b, device);
+  }
+  free_buffers(&b);
+  return ok;
+}

@@ -1,0 +1,72 @@
+#!/bin/bash
+# The sm70ops tool against the built plugin: output shape and exit codes, on any machine.
+set -euo pipefail
+
+runfiles="${TEST_SRCDIR}/sm70ops"
+cli="${runfiles}/integration/cli/sm70ops"
+plugin="${runfiles}/libsm70ops.so"
+out="${TEST_TMPDIR}/out"
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# expect_exit CODE ARGS...: runs the tool into $out and checks its exit code.
+expect_exit() {
+  local want="$1" got=0
+  shift
+  "${cli}" "$@" >"${out}" 2>&1 || got=$?
+  [[ "${got}" == "${want}" ]] || fail "sm70ops $* exited ${got}, expected ${want}: $(cat "${out}")"
+}
+
+expect_line() {
+  grep -Eq -- "$1" "${out}" || fail "no line matching '$1' in: $(cat "${out}")"
+}
+
+expect_table() {
+  expect_line '^op +prefill +rows x keys +decision +route +workspace +reason +message$'
+  for op in qsa_index qsa_attn nvfp4_moe nvfp4_moe_prepare; do
+    for prefill in 8K 32K 128K; do expect_line "^${op} +${prefill} "; done
+  done
+  expect_line '^[0-9]+ of 12 accepted'
+}
+
+# Without --library the tool finds the plugin from its own location (bazel-bin layout).
+expect_exit 0 info
+expect_line '^name: +sm70ops [0-9]+\.[0-9]+\.[0-9]+$'
+expect_line '^ABI: +plugin 1\.[0-9]+, host 1\.[0-9]+, negotiated 1\.[0-9]+$'
+expect_line '^devices: '
+gpu_present=1
+grep -q 'no CUDA device' "${out}" && gpu_present=0
+
+expect_exit 0 --library "${plugin}" check --cc 70
+expect_table
+expect_line 'compute capability 7\.0 \(--cc'
+
+expect_exit 0 --library "${plugin}" check --tp 1
+expect_table
+if [[ "${gpu_present}" == 0 ]]; then
+  expect_line '^qsa_attn +32K +8192 x 2048 +decline +- +- +NO_DEVICE +no CUDA device$'
+  expect_line '^0 of 12 accepted: 12 declined \(NO_DEVICE 12\)$'
+  expect_exit 2 --library "${plugin}" verify
+  expect_line '^verify: needs a CUDA GPU \(none found\)$'
+  expect_exit 2 --library "${plugin}" bench qsa_attn
+  expect_line '^bench: needs a CUDA GPU \(none found\)$'
+fi
+
+expect_exit 0 --help
+expect_line '^exit codes:$'
+expect_exit 64 frobnicate
+expect_line "unknown command 'frobnicate'"
+expect_exit 64 check --tp 3
+expect_exit 64 bench no_such_op
+expect_exit 1 --library /nonexistent/libsm70ops.so info
+expect_line "cannot load the sm70ops plugin '/nonexistent/libsm70ops.so'"
+
+if [[ "${failures}" != 0 ]]; then
+  echo "${failures} check(s) failed"
+  exit 1
+fi
+echo "PASS"

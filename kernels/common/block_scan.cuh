@@ -1,0 +1,44 @@
+// Block-wide exclusive prefix sum of one int per thread, for order-preserving compaction.
+#pragma once
+
+#include <cstdint>
+
+namespace sm70ops {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ int warp_inclusive_scan(int value) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    int other = __shfl_up_sync(kFullMask, value, offset);
+    if (lane >= offset) value += other;
+  }
+  return value;
+}
+
+// Returns the sum of `value` over the threads before this one; *total gets the block's sum.
+// `scratch` holds kThreads / 32 + 1 ints of shared memory. Every thread of the block must call it.
+template <int kThreads>
+__device__ __forceinline__ int block_exclusive_scan(int value, int *scratch, int *total) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int inclusive = warp_inclusive_scan(value);
+  if (lane == 31) scratch[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int warp_sum = lane < kWarps ? scratch[lane] : 0;
+    int warp_prefix = warp_inclusive_scan(warp_sum);
+    if (lane < kWarps) scratch[lane] = warp_prefix - warp_sum;
+    if (lane == kWarps - 1) scratch[kWarps] = warp_prefix;
+  }
+  __syncthreads();
+  const int result = scratch[warp] + inclusive - value;
+  *total = scratch[kWarps];
+  __syncthreads();  // scratch is reused by the next call
+  return result;
+}
+
+}  // namespace sm70ops

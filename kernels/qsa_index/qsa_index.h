@@ -1,0 +1,62 @@
+/* QSA index on SM70: fused WMMA scorer over the paged index keys, then an exact radix top-k with
+ * the expansion to pages and 64-bit token masks, per chunk of rows. C interface for plugin/. */
+#ifndef SM70OPS_KERNELS_QSA_INDEX_QSA_INDEX_H_
+#define SM70OPS_KERNELS_QSA_INDEX_QSA_INDEX_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the kernels are built for; plugin/qsa_index.c's table of supported shapes names these. */
+#define SM70_QSA_INDEX_HEADS 4
+#define SM70_QSA_INDEX_DIM 128
+#define SM70_QSA_INDEX_PAGE 64
+#define SM70_QSA_INDEX_MAX_TOPK 4096
+#define SM70_QSA_INDEX_MAX_SEQ_LEN 131072 /* the top-k keeps a row's selection bitmap on chip */
+
+/* Pointers are device pointers (element 0 already offset); strides are in elements. */
+typedef struct sm70_qsa_index_params {
+  const uint16_t *q; /* [T, 4, 128] fp16 */
+  int64_t q_row_stride;
+  int64_t q_head_stride;
+  const float *weights; /* [T, 4] */
+  int64_t weights_row_stride;
+  const uint16_t *k_index; /* [num_pages, 64, 128] fp16 */
+  int64_t k_page_stride;
+  int64_t k_token_stride;
+  const int32_t *query_start_loc; /* [R+1] */
+  const int32_t *seq_lens;        /* [R] */
+  const int32_t *block_table;     /* [R, max_pages] */
+  int64_t block_table_stride;
+  int32_t *topk_idx; /* [T, K] or NULL */
+  int64_t topk_idx_stride;
+  int32_t *sel_blocks; /* [T, NB] or NULL (then sel_mask and sel_count are NULL too) */
+  int64_t sel_blocks_stride;
+  uint64_t *sel_mask; /* [T, NB] */
+  int64_t sel_mask_stride;
+  int32_t *sel_count;  /* [T] */
+  int32_t rows;        /* T */
+  int32_t requests;    /* R */
+  int32_t num_pages;   /* physical pages in k_index: page ids outside read as zero keys */
+  int32_t max_pages;   /* block_table width */
+  int32_t max_seq_len; /* bound of seq_lens; keys beyond it are never read */
+  int32_t topk;        /* K */
+  int32_t sel_width;   /* NB */
+  int32_t chunk_rows;  /* rows scored per pass, from sm70_qsa_index_workspace */
+} sm70_qsa_index_params;
+
+/* Workspace bytes for T rows against max_seq_len keys when at most `cap_bytes` may be used;
+ * *chunk_rows gets the rows per pass. 0 when even the smallest chunk does not fit the cap. */
+uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_seq_len, uint64_t cap_bytes,
+                                  int32_t *chunk_rows);
+
+/* Enqueues the op on `stream` (a cudaStream_t). Returns a cudaError_t (0 = success). */
+int32_t sm70_qsa_index_launch(const sm70_qsa_index_params *p, void *workspace, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SM70OPS_KERNELS_QSA_INDEX_QSA_INDEX_H_ */

@@ -1,0 +1,417 @@
+#include "tests/abi/op_cases.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "tests/abi/plugin_loader.h"
+
+namespace sm70ops_test {
+namespace {
+
+DLDataType Dtype(uint8_t code, uint8_t bits) { return DLDataType{code, bits, 1}; }
+
+// 0x1000, 0x1100, ...: 256-byte aligned (the strictest alignment the ABI asks) and far below
+// vm.mmap_min_addr, so never mapped.
+constexpr uintptr_t kFakeBase = 0x1000, kFakeStep = 0x100;
+
+}  // namespace
+
+DLDataType F16() { return Dtype(kDLFloat, 16); }
+DLDataType BF16() { return Dtype(kDLBfloat, 16); }
+DLDataType F32() { return Dtype(kDLFloat, 32); }
+DLDataType I32() { return Dtype(kDLInt, 32); }
+DLDataType U8() { return Dtype(kDLUInt, 8); }
+DLDataType U64() { return Dtype(kDLUInt, 64); }
+
+Tensor::Tensor(DLDataType dtype, std::vector<int64_t> shape, void* data) {
+  for (size_t d = 0; d < shape.size(); ++d) shape_[d] = shape[d];
+  t_.data = data;
+  t_.device = DLDevice{kDLCUDA, 0};
+  t_.ndim = static_cast<int32_t>(shape.size());
+  t_.dtype = dtype;
+  t_.shape = shape_.data();
+  t_.strides = strides_.data();
+  DenseStrides();
+}
+
+void Tensor::Resize(int d, int64_t size) {
+  shape_[d] = size;
+  DenseStrides();
+}
+
+// As PyTorch does, an empty dimension counts as 1, so strides stay positive.
+void Tensor::DenseStrides() {
+  int64_t stride = 1;
+  for (int d = t_.ndim - 1; d >= 0; --d) {
+    strides_[d] = stride;
+    stride *= std::max<int64_t>(shape_[d], 1);
+  }
+}
+
+TensorSlot& OpCase::slot(const std::string& name) {
+  for (TensorSlot& slot : slots_) {
+    if (slot.name == name) return slot;
+  }
+  std::fprintf(stderr, "op_cases: no tensor '%s' in %s\n", name.c_str(), name_);
+  std::abort();  // A typo in a test table, not a plugin failure.
+}
+
+Tensor* OpCase::Add(const char* name, const DLTensor** field, DLDataType dtype,
+                    std::vector<int64_t> shape, bool model_dtype, bool optional) {
+  void* data = reinterpret_cast<void*>(kFakeBase + kFakeStep * owned_.size());
+  owned_.push_back(std::make_unique<Tensor>(dtype, std::move(shape), data));
+  *field = owned_.back()->get();
+  slots_.push_back({name, owned_.back().get(), field, optional, model_dtype});
+  return owned_.back().get();
+}
+
+namespace {
+
+// Builders of the argument groups several ops share.
+class CaseBuilder : public OpCase {
+ protected:
+  using OpCase::OpCase;
+  // The varlen metadata of both QSA ops: R requests of kSeqLen tokens each.
+  template <typename Args>
+  void Varlen(Args& a) {
+    a.max_seq_len = kSeqLen;
+    a.max_query_len = kSeqLen;
+    Add("query_start_loc", &a.query_start_loc, I32(), {kRequests + 1}, false);
+    Add("seq_lens", &a.seq_lens, I32(), {kRequests}, false);
+    Add("block_table", &a.block_table, I32(), {kRequests, kMaxPages}, false);
+  }
+  void Weights(sm70ops_nvfp4_weights& w) {
+    w.struct_size = sizeof(w);
+    const int64_t e = kExperts, h = kHidden, i = kInter;
+    Add("w13", &w.w13, U8(), {e, 2 * i, h / 2}, false);
+    Add("w13_scale", &w.w13_scale, U8(), {e, 2 * i, h / 16}, false);
+    Add("w13_scale_2", &w.w13_scale_2, F32(), {e, 2}, false);
+    Add("w2", &w.w2, U8(), {e, h, i / 2}, false);
+    Add("w2_scale", &w.w2_scale, U8(), {e, h, i / 16}, false);
+    Add("w2_scale_2", &w.w2_scale_2, F32(), {e}, false);
+  }
+};
+
+class QsaIndexCase : public CaseBuilder {
+ public:
+  QsaIndexCase()
+      : CaseBuilder(SM70OPS_OP_QSA_INDEX, "qsa_index", SM70OPS_ROUTE_QSA_INDEX_WMMA, &a_) {
+    a_.struct_size = sizeof(a_);
+    a_.topk = kTopk;
+    Add("q", &a_.q, F16(), {kRows, 4, 128}, true);
+    Add("weights", &a_.weights, F32(), {kRows, 4}, false);
+    Add("k_index", &a_.k_index, F16(), {kNumPages, kPageSize, 128}, true);
+    Varlen(a_);
+    // topk_idx is optional because the sel_* triple is also given.
+    Add("topk_idx", &a_.topk_idx, I32(), {kRows, kTopk}, false, true);
+    Add("sel_blocks", &a_.sel_blocks, I32(), {kRows, kSelBlocks}, false);
+    Add("sel_mask", &a_.sel_mask, U64(), {kRows, kSelBlocks}, false);
+    Add("sel_count", &a_.sel_count, I32(), {kRows}, false);
+  }
+
+ private:
+  sm70ops_qsa_index_args a_{};
+};
+
+class QsaAttnCase : public CaseBuilder {
+ public:
+  QsaAttnCase() : CaseBuilder(SM70OPS_OP_QSA_ATTN, "qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA, &a_) {
+    a_.struct_size = sizeof(a_);
+    a_.sm_scale = 0.0625f;  // 1/sqrt(256)
+    Add("q", &a_.q, F16(), {kRows, kHeadsQ, kHeadDim}, true);
+    Add("k_cache", &a_.k_cache, F16(), {kNumPages, kPageSize, kHeadsKv, kHeadDim}, true);
+    Add("v_cache", &a_.v_cache, F16(), {kNumPages, kPageSize, kHeadsKv, kHeadDim}, true);
+    Varlen(a_);
+    Add("sel_blocks", &a_.sel_blocks, I32(), {kRows, kSelBlocks}, false);
+    Add("sel_mask", &a_.sel_mask, U64(), {kRows, kSelBlocks}, false);
+    Add("sel_count", &a_.sel_count, I32(), {kRows}, false);
+    Add("out", &a_.out, F16(), {kRows, kHeadsQ, kHeadDim}, true);
+    Add("lse", &a_.lse, F32(), {kRows, kHeadsQ}, false, true);
+  }
+
+ private:
+  sm70ops_qsa_attn_args a_{};
+};
+
+class MoeCase : public CaseBuilder {
+ public:
+  MoeCase() : CaseBuilder(SM70OPS_OP_NVFP4_MOE, "nvfp4_moe", SM70OPS_ROUTE_NVFP4_MOE_WMMA, &a_) {
+    a_.struct_size = sizeof(a_);
+    Add("x", &a_.x, F16(), {kRows, kHidden}, true);
+    Add("topk_ids", &a_.topk_ids, I32(), {kRows, kExpertTopk}, false);
+    Add("topk_weights", &a_.topk_weights, F32(), {kRows, kExpertTopk}, false);
+    Weights(w_);
+    a_.weights = &w_;
+    Add("out", &a_.out, F16(), {kRows, kHidden}, true);
+  }
+
+ private:
+  sm70ops_nvfp4_moe_args a_{};
+  sm70ops_nvfp4_weights w_{};
+};
+
+class PrepareCase : public CaseBuilder {
+ public:
+  PrepareCase()
+      : CaseBuilder(SM70OPS_OP_NVFP4_MOE_PREPARE, "nvfp4_moe_prepare",
+                    SM70OPS_ROUTE_NVFP4_MOE_PREPARE, &a_) {
+    a_.struct_size = sizeof(a_);
+    Weights(w_);
+    a_.weights = &w_;
+    // As many bytes as the checkpoint tensors: a plausible repacked size.
+    const int64_t bytes = kExperts * (2 * kInter * kHidden * 9 / 16 + kHidden * kInter * 9 / 16);
+    // Optional to check(), which a host asks for output_bytes before allocating the buffer.
+    Add("prepared", &a_.prepared, U8(), {bytes}, false, true);
+  }
+
+ private:
+  sm70ops_nvfp4_moe_prepare_args a_{};
+  sm70ops_nvfp4_weights w_{};
+};
+
+// ---- Generic classes: one breakage of one tensor, applied to every slot it makes sense for. ----
+
+struct TensorClass {
+  const char* label;
+  bool (*applies)(const TensorSlot&);
+  void (*apply)(TensorSlot&);
+};
+
+bool Always(const TensorSlot&) { return true; }
+bool Required(const TensorSlot& s) { return !s.optional; }
+// Another dtype of model data is UNSUPPORTED_DTYPE (see UnsupportedCases), not invalid.
+bool Metadata(const TensorSlot& s) { return !s.model_dtype; }
+// The stride of a size-1 dimension is meaningless, so the plugin may ignore it.
+bool WideInnermost(const TensorSlot& s) {
+  const DLTensor* t = s.tensor->get();
+  return t->shape[t->ndim - 1] > 1;
+}
+bool HasOuterDim(const TensorSlot& s) { return s.tensor->get()->ndim >= 2; }
+DLTensor& T(TensorSlot& s) { return *s.tensor->get(); }
+
+// Each size and stride is in range, but their product, (2^31 - 2) * 2^40, wraps int64: a check
+// that multiplies without care sees a small extent.
+void WrapExtent(TensorSlot& s) {
+  T(s).shape[0] = INT32_MAX;
+  T(s).strides[0] = int64_t{1} << 40;
+}
+
+const TensorClass kTensorClasses[] = {
+    {"null_pointer", Required, [](TensorSlot& s) { *s.field = nullptr; }},
+    {"null_strides", Always, [](TensorSlot& s) { T(s).strides = nullptr; }},
+    {"null_shape", Always, [](TensorSlot& s) { T(s).shape = nullptr; }},
+    {"wrong_dtype", Metadata,
+     [](TensorSlot& s) { T(s).dtype.bits = T(s).dtype.bits == 64 ? 32 : 64; }},
+    {"vector_lanes", Metadata, [](TensorSlot& s) { T(s).dtype.lanes = 2; }},
+    {"rank_plus_1", Always, [](TensorSlot& s) { T(s).ndim += 1; }},
+    {"rank_minus_1", Always, [](TensorSlot& s) { T(s).ndim -= 1; }},
+    {"innermost_stride_2", WideInnermost, [](TensorSlot& s) { T(s).strides[T(s).ndim - 1] = 2; }},
+    {"misaligned_byte_offset", Always, [](TensorSlot& s) { T(s).byte_offset = 1; }},
+    {"negative_dim", Always, [](TensorSlot& s) { T(s).shape[0] = -1; }},
+    {"extent_wraps_int64", HasOuterDim, WrapExtent},
+    {"dim_over_int32", Always, [](TensorSlot& s) { T(s).shape[0] = int64_t{INT32_MAX} + 1; }},
+    {"cpu_device", Always, [](TensorSlot& s) { T(s).device.device_type = kDLCPU; }},
+    {"device_id_mismatch", Always, [](TensorSlot& s) { T(s).device.device_id = 1; }},
+};
+
+template <typename Args, typename Field>
+std::function<void(OpCase&)> SetField(Field Args::*field, Field value) {
+  return [field, value](OpCase& c) { c.As<Args>().*field = value; };
+}
+
+std::function<void(OpCase&)> Both(std::function<void(OpCase&)> a, std::function<void(OpCase&)> b) {
+  return [a, b](OpCase& c) {
+    a(c);
+    b(c);
+  };
+}
+
+const std::vector<std::string> kWeightTensors = {"w13",      "w2",          "w13_scale",
+                                                 "w2_scale", "w13_scale_2", "w2_scale_2"};
+
+// ---- Op-specific relations between tensors and scalars. ----
+
+std::vector<Breakage> QsaIndexRelations() {
+  using A = sm70ops_qsa_index_args;
+  return {
+      {"weights_rows", Resize({"weights"}, 0, kRows + 1), "weights"},
+      {"weights_heads", Resize({"weights"}, 1, 3), "weights"},
+      {"k_index_dim", Resize({"k_index"}, 2, 64), "k_index"},
+      {"query_start_loc_entries", Resize({"query_start_loc"}, 0, kRequests + 2), "query_start_loc"},
+      {"seq_lens_requests", Resize({"seq_lens"}, 0, kRequests + 1), "query_start_loc"},
+      {"block_table_rows", Resize({"block_table"}, 0, kRequests + 1), "block_table"},
+      {"topk_idx_width", Resize({"topk_idx"}, 1, kTopk + 1), "topk_idx"},
+      {"sel_blocks_rows", Resize({"sel_blocks"}, 0, kRows - 1), "sel_blocks"},
+      {"sel_mask_width", Resize({"sel_mask"}, 1, kSelBlocks - 1), "sel_mask"},
+      {"sel_count_rows", Resize({"sel_count"}, 0, kRows + 1), "sel_count"},
+      {"topk_zero", SetField(&A::topk, int32_t{0}), "topk"},
+      {"topk_over_4096", Both(SetField(&A::topk, int32_t{4097}), Resize({"topk_idx"}, 1, 4097)),
+       "topk"},
+      {"max_seq_len_zero", SetField(&A::max_seq_len, int32_t{0}), "max_seq_len"},
+      {"max_seq_len_over_block_table", SetField(&A::max_seq_len, int32_t{kSeqLen + 1}),
+       "block_table"},
+      {"max_query_len_zero", SetField(&A::max_query_len, int32_t{0}), "max_query_len"},
+  };
+}
+
+std::vector<Breakage> QsaAttnRelations() {
+  using A = sm70ops_qsa_attn_args;
+  return {
+      {"k_cache_head_dim", Resize({"k_cache"}, 3, 128), "k_cache"},
+      {"v_cache_pages", Resize({"v_cache"}, 0, kNumPages + 1), "v_cache"},
+      {"v_cache_heads", Resize({"v_cache"}, 2, 2), "v_cache"},
+      {"heads_not_multiple", Resize({"k_cache", "v_cache"}, 2, 3), "q"},
+      {"out_head_dim", Resize({"out"}, 2, 128), "out"},
+      {"out_heads", Resize({"out"}, 1, 8), "out"},
+      {"lse_heads", Resize({"lse"}, 1, 8), "lse"},
+      {"query_start_loc_entries", Resize({"query_start_loc"}, 0, kRequests + 2), "query_start_loc"},
+      {"block_table_rows", Resize({"block_table"}, 0, kRequests + 1), "block_table"},
+      {"sel_blocks_rows", Resize({"sel_blocks"}, 0, kRows + 1), "sel_blocks"},
+      {"sel_mask_width", Resize({"sel_mask"}, 1, kSelBlocks + 1), "sel_mask"},
+      {"sel_count_rows", Resize({"sel_count"}, 0, kRows - 1), "sel_count"},
+      {"sm_scale_zero", SetField(&A::sm_scale, 0.0f), "sm_scale"},
+      {"sm_scale_nan", SetField(&A::sm_scale, std::numeric_limits<float>::quiet_NaN()), "sm_scale"},
+      {"sm_scale_inf", SetField(&A::sm_scale, std::numeric_limits<float>::infinity()), "sm_scale"},
+      {"max_query_len_over_seq", SetField(&A::max_query_len, int32_t{kSeqLen + 1}),
+       "max_query_len"},
+  };
+}
+
+// Relations inside sm70ops_nvfp4_weights, shared by both MoE ops.
+template <typename Args>
+std::vector<Breakage> WeightRelations() {
+  return {
+      {"w13_odd_rows", Resize({"w13"}, 1, 2 * kInter + 1), "w13"},
+      {"w13_scale_groups", Resize({"w13_scale"}, 2, kHidden / 16 + 1), "w13_scale"},
+      {"w13_scale_2_width", Resize({"w13_scale_2"}, 1, 3), "w13_scale_2"},
+      {"w2_rows", Resize({"w2"}, 1, kHidden / 2), "w2"},
+      {"w2_scale_groups", Resize({"w2_scale"}, 2, kInter / 16 + 1), "w2_scale"},
+      {"w2_scale_2_experts", Resize({"w2_scale_2"}, 0, kExperts + 1), "w2_scale_2"},
+      {"weights_null", SetField(&Args::weights, static_cast<const sm70ops_nvfp4_weights*>(nullptr)),
+       "weights"},
+      {"weights_reserved0",
+       [](OpCase& c) { const_cast<sm70ops_nvfp4_weights*>(c.As<Args>().weights)->reserved0 = 1; },
+       "weights"},
+      {"reserved0", SetField(&Args::reserved0, uint32_t{1}), "reserved0"},
+  };
+}
+
+std::vector<Breakage> MoeRelations() {
+  std::vector<Breakage> out = WeightRelations<sm70ops_nvfp4_moe_args>();
+  std::vector<Breakage> more = {
+      {"topk_weights_width", Resize({"topk_weights"}, 1, kExpertTopk + 1), "topk_weights"},
+      {"x_hidden", Resize({"x"}, 1, kHidden + 64), "x"},
+      {"x_rows", Resize({"x"}, 0, kRows + 1), "x"},
+      {"out_rows", Resize({"out"}, 0, kRows - 1), "out"},
+      {"no_experts_routed", Resize({"topk_ids", "topk_weights"}, 1, 0), "topk_ids"},
+  };
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+std::vector<Breakage> Relations(sm70ops_op op) {
+  switch (op) {
+    case SM70OPS_OP_QSA_INDEX:
+      return QsaIndexRelations();
+    case SM70OPS_OP_QSA_ATTN:
+      return QsaAttnRelations();
+    case SM70OPS_OP_NVFP4_MOE:
+      return MoeRelations();
+    default:
+      return WeightRelations<sm70ops_nvfp4_moe_prepare_args>();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<OpCase> MakeCase(sm70ops_op op) {
+  switch (op) {
+    case SM70OPS_OP_QSA_INDEX:
+      return std::make_unique<QsaIndexCase>();
+    case SM70OPS_OP_QSA_ATTN:
+      return std::make_unique<QsaAttnCase>();
+    case SM70OPS_OP_NVFP4_MOE:
+      return std::make_unique<MoeCase>();
+    case SM70OPS_OP_NVFP4_MOE_PREPARE:
+      return std::make_unique<PrepareCase>();
+    default:
+      std::abort();
+  }
+}
+
+std::string OpName(sm70ops_op op) {
+  static const char* const kNames[] = {"", "QsaIndex", "QsaAttn", "NvFp4Moe", "NvFp4MoePrepare"};
+  return kNames[op];
+}
+
+sm70ops_decision CheckCase(const sm70ops_api& api, const sm70ops_context* ctx, const OpCase& c) {
+  return Check(api, ctx, c.op(), c.args());
+}
+
+sm70ops_status ExecuteCase(const sm70ops_api& api, const sm70ops_context* ctx, const OpCase& c) {
+  return api.execute(ctx, c.op(), c.args(), nullptr, nullptr, 0);
+}
+
+std::function<void(OpCase&)> Resize(std::vector<std::string> tensors, int dim, int64_t size) {
+  return [tensors, dim, size](OpCase& c) {
+    for (const std::string& name : tensors) c.tensor(name).Resize(dim, size);
+  };
+}
+
+std::function<void(OpCase&)> SetDtype(std::string tensor, DLDataType dtype) {
+  return [tensor, dtype](OpCase& c) { c.tensor(tensor).get()->dtype = dtype; };
+}
+
+std::vector<Breakage> BadInputs(sm70ops_op op) {
+  std::vector<Breakage> out;
+  std::unique_ptr<OpCase> probe = MakeCase(op);
+  for (const TensorSlot& slot : probe->slots()) {
+    for (const TensorClass& cls : kTensorClasses) {
+      if (!cls.applies(slot)) continue;
+      const std::string name = slot.name;
+      auto apply = cls.apply;
+      out.push_back(
+          {name + "/" + cls.label, [name, apply](OpCase& c) { apply(c.slot(name)); }, name});
+    }
+  }
+  std::vector<Breakage> relations = Relations(op);
+  out.insert(out.end(), relations.begin(), relations.end());
+  return out;
+}
+
+std::vector<Unsupported> UnsupportedCases() {
+  using Index = sm70ops_qsa_index_args;
+  const auto head_dim_64 = Both(Resize({"q", "out"}, 2, 64), Resize({"k_cache", "v_cache"}, 3, 64));
+  const auto index_topk_100 =
+      Both(SetField(&Index::topk, int32_t{100}), Resize({"topk_idx"}, 1, 100));
+  return {
+      {"qsa_index_topk_100", SM70OPS_OP_QSA_INDEX, index_topk_100,
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_index_8_heads", SM70OPS_OP_QSA_INDEX, Resize({"q", "weights"}, 1, 8),
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_index_bf16_q", SM70OPS_OP_QSA_INDEX, SetDtype("q", BF16()),
+       SM70OPS_REASON_UNSUPPORTED_DTYPE},
+      {"qsa_attn_head_dim_64", SM70OPS_OP_QSA_ATTN, head_dim_64, SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_attn_group_32", SM70OPS_OP_QSA_ATTN, Resize({"q", "out", "lse"}, 1, 32),
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_attn_bf16_q", SM70OPS_OP_QSA_ATTN, SetDtype("q", BF16()),
+       SM70OPS_REASON_UNSUPPORTED_DTYPE},
+      {"nvfp4_moe_1024_experts", SM70OPS_OP_NVFP4_MOE, Resize(kWeightTensors, 0, 1024),
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"nvfp4_moe_topk_17", SM70OPS_OP_NVFP4_MOE, Resize({"topk_ids", "topk_weights"}, 1, 17),
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"nvfp4_moe_bf16_x", SM70OPS_OP_NVFP4_MOE, SetDtype("x", BF16()),
+       SM70OPS_REASON_UNSUPPORTED_DTYPE},
+      // T x top-k = 2^28 x 10 routed rows overflow int32 although every dimension fits.
+      {"nvfp4_moe_routed_rows_overflow", SM70OPS_OP_NVFP4_MOE,
+       Resize({"x", "out", "topk_ids", "topk_weights"}, 0, int64_t{1} << 28),
+       SM70OPS_REASON_TOO_LARGE},
+      {"nvfp4_moe_prepare_1024_experts", SM70OPS_OP_NVFP4_MOE_PREPARE,
+       Resize(kWeightTensors, 0, 1024), SM70OPS_REASON_UNSUPPORTED_SHAPE},
+  };
+}
+
+}  // namespace sm70ops_test

@@ -1,0 +1,141 @@
+// Argument descriptors for the four ops at the model's TP4 per-rank shapes (spec/ops.md), built so
+// a test can break one field and see whether check and execute blame it.
+//
+// Data pointers are fake, distinct, 256-byte aligned addresses below 64 KiB, which Linux never maps
+// (vm.mmap_min_addr): check and execute must not dereference them, and a plugin that did would
+// crash the test instead of passing it.
+#ifndef SM70OPS_TESTS_ABI_OP_CASES_H_
+#define SM70OPS_TESTS_ABI_OP_CASES_H_
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abi/sm70ops.h"
+
+namespace sm70ops_test {
+
+// The model numbers the descriptors use.
+inline constexpr int64_t kRows = 8192;    // T: two 4096-token prefill chunks
+inline constexpr int64_t kRequests = 2;   // R
+inline constexpr int64_t kSeqLen = 4096;  // max_seq_len = max_query_len
+inline constexpr int64_t kPageSize = 64;
+inline constexpr int64_t kMaxPages = kSeqLen / kPageSize;  // block_table width
+inline constexpr int64_t kNumPages = kRequests * kMaxPages;
+inline constexpr int64_t kTopk = 2048;     // indexer K
+inline constexpr int64_t kSelBlocks = 64;  // NB = min(K, ceil(max L / 64))
+inline constexpr int64_t kHeadsQ = 4, kHeadsKv = 1, kHeadDim = 256;
+inline constexpr int64_t kExperts = 512, kExpertTopk = 10, kHidden = 2048, kInter = 128;
+
+DLDataType F16();
+DLDataType BF16();
+DLDataType F32();
+DLDataType I32();
+DLDataType U8();
+DLDataType U64();
+
+// An owned DLTensor: dense row-major strides, CUDA device 0, a fake data pointer. Shape and stride
+// storage has one spare entry so a test can raise ndim without the plugin reading past it.
+class Tensor {
+ public:
+  Tensor(DLDataType dtype, std::vector<int64_t> shape, void* data);
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  DLTensor* get() { return &t_; }
+  // Sets dim `d` and recomputes dense strides, so only the shape relation is broken.
+  void Resize(int d, int64_t size);
+
+ private:
+  void DenseStrides();
+  std::array<int64_t, 5> shape_{1, 1, 1, 1, 1};
+  std::array<int64_t, 5> strides_{1, 1, 1, 1, 1};
+  DLTensor t_{};
+};
+
+// A tensor argument: where the args struct points at it, and whether NULL or another dtype is a
+// legal (optional) or a "unsupported, not invalid" (model data) answer.
+struct TensorSlot {
+  std::string name;
+  Tensor* tensor;
+  const DLTensor** field;
+  bool optional;     // NULL is valid in this descriptor
+  bool model_dtype;  // another dtype declines UNSUPPORTED_DTYPE instead of INVALID_ARGUMENT
+};
+
+// A valid descriptor of one op; derived classes own the tensors and the args struct.
+class OpCase {
+ public:
+  virtual ~OpCase() = default;
+  sm70ops_op op() const { return op_; }
+  const char* name() const { return name_; }
+  sm70ops_route route() const { return route_; }
+  uint32_t args_size() const { return *static_cast<const uint32_t*>(args_); }
+  const void* args() const { return args_; }
+  template <typename T>
+  T& As() {
+    return *static_cast<T*>(args_);
+  }
+  std::vector<TensorSlot>& slots() { return slots_; }
+  // Aborts the test binary on an unknown name: that is a typo in a test table.
+  TensorSlot& slot(const std::string& name);
+  Tensor& tensor(const std::string& name) { return *slot(name).tensor; }
+
+ protected:
+  OpCase(sm70ops_op op, const char* name, sm70ops_route route, void* args)
+      : op_(op), name_(name), route_(route), args_(args) {}
+  // Makes a tensor with the next fake address and registers its slot.
+  Tensor* Add(const char* name, const DLTensor** field, DLDataType dtype,
+              std::vector<int64_t> shape, bool model_dtype, bool optional = false);
+
+ private:
+  sm70ops_op op_;
+  const char* name_;
+  sm70ops_route route_;
+  void* args_;
+  std::vector<std::unique_ptr<Tensor>> owned_;
+  std::vector<TensorSlot> slots_;
+};
+
+// The four ABI ops, in id order.
+inline constexpr std::array<sm70ops_op, 4> kOps = {
+    SM70OPS_OP_QSA_INDEX, SM70OPS_OP_QSA_ATTN, SM70OPS_OP_NVFP4_MOE, SM70OPS_OP_NVFP4_MOE_PREPARE};
+
+// A fresh valid model-shape descriptor for `op`.
+std::unique_ptr<OpCase> MakeCase(sm70ops_op op);
+std::string OpName(sm70ops_op op);  // "QsaIndex", for test names
+
+// One way to break a descriptor, and the argument the plugin must blame.
+struct Breakage {
+  std::string label;
+  std::function<void(OpCase&)> apply;
+  std::string blamed;
+};
+
+// Every bad-input class of abi.md item 9 for `op`: the generic tensor classes on every tensor
+// slot, then the op's own cross-tensor and scalar relations.
+std::vector<Breakage> BadInputs(sm70ops_op op);
+
+// Well-formed descriptors outside the fast path, with the reason check must give.
+struct Unsupported {
+  std::string label;
+  sm70ops_op op;
+  std::function<void(OpCase&)> apply;
+  sm70ops_reason reason;
+};
+std::vector<Unsupported> UnsupportedCases();
+
+// check() / execute() on a case's args. Execute passes the legacy stream and no workspace: every
+// call these tests make is declined before a launch, so no GPU is touched.
+sm70ops_decision CheckCase(const sm70ops_api& api, const sm70ops_context* ctx, const OpCase& c);
+sm70ops_status ExecuteCase(const sm70ops_api& api, const sm70ops_context* ctx, const OpCase& c);
+
+// Breakage helpers, also used directly by tests.
+std::function<void(OpCase&)> Resize(std::vector<std::string> tensors, int dim, int64_t size);
+std::function<void(OpCase&)> SetDtype(std::string tensor, DLDataType dtype);
+
+}  // namespace sm70ops_test
+
+#endif  // SM70OPS_TESTS_ABI_OP_CASES_H_

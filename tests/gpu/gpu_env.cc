@@ -1,0 +1,89 @@
+#include "tests/gpu/gpu_env.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+
+namespace sm70ops_gpu {
+namespace {
+
+void Check(cudaError_t status, const char *what) {
+  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
+}
+
+// $SM70OPS_LIBRARY, else the Bazel runfile next to the test.
+std::string LibraryPath() {
+  if (const char *env = std::getenv("SM70OPS_LIBRARY"); env != nullptr && *env) return env;
+  const char *srcdir = std::getenv("TEST_SRCDIR");
+  return std::string(srcdir ? srcdir : ".") + "/sm70ops/libsm70ops.so";
+}
+
+}  // namespace
+
+std::string NoGpuReason() {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device (") + cudaGetErrorString(status) + ")";
+  }
+  return count == 0 ? "no CUDA device" : "";
+}
+
+Plugin::Plugin() {
+  sm70ops_host_options options = {};
+  options.struct_size = sizeof(options);
+  const std::string path = LibraryPath();
+  options.library_path = path.c_str();
+  char err[512] = "";
+  if (sm70ops_host_open(&options, &host_, err, sizeof(err)) != SM70OPS_OK) error_ = err;
+}
+
+Plugin::~Plugin() { sm70ops_host_close(host_); }
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  Check(cudaMalloc(&data_, bytes > 0 ? bytes : 1), "cudaMalloc");
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
+    : data_(other.data_), bytes_(other.bytes_) {
+  other.data_ = nullptr;
+  other.bytes_ = 0;
+}
+
+DeviceBuffer::~DeviceBuffer() { cudaFree(data_); }
+
+void DeviceBuffer::Upload(const void *host, size_t bytes, size_t offset) {
+  Check(cudaMemcpy(static_cast<char *>(data_) + offset, host, bytes, cudaMemcpyHostToDevice),
+        "upload");
+}
+
+void DeviceBuffer::Download(void *host, size_t bytes, size_t offset) const {
+  Check(cudaMemcpy(host, static_cast<const char *>(data_) + offset, bytes, cudaMemcpyDeviceToHost),
+        "download");
+}
+
+void DeviceBuffer::Poison(uint8_t byte) { Check(cudaMemset(data_, byte, bytes_), "poison"); }
+
+View::View(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+           uint64_t byte_offset)
+    : shape_(std::move(shape)), strides_(std::move(strides)) {
+  tensor_.data = data;
+  tensor_.device = {kDLCUDA, 0};
+  tensor_.ndim = static_cast<int>(shape_.size());
+  tensor_.dtype = dtype;
+  tensor_.shape = shape_.data();
+  tensor_.strides = strides_.data();
+  tensor_.byte_offset = byte_offset;
+}
+
+std::vector<int64_t> DenseStrides(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+void Synchronize() { Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+}  // namespace sm70ops_gpu

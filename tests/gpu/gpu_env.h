@@ -1,0 +1,86 @@
+// What the GPU tests share: the plugin opened the way an engine opens it (integration/host), the
+// device, device buffers poisoned before each run, and DLTensor views with explicit strides.
+// Without a CUDA device every GPU test skips with a printed reason (GTEST_SKIP).
+#ifndef SM70OPS_TESTS_GPU_GPU_ENV_H_
+#define SM70OPS_TESTS_GPU_GPU_ENV_H_
+
+#include <dlpack/dlpack.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "integration/host/sm70ops_host.h"
+
+namespace sm70ops_gpu {
+
+// Empty when a CUDA device is usable, else why not ("no CUDA device").
+std::string NoGpuReason();
+
+#define SM70OPS_REQUIRE_GPU()                                      \
+  do {                                                             \
+    const std::string why = ::sm70ops_gpu::NoGpuReason();          \
+    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why; \
+  } while (0)
+
+// The plugin through the host loader, context on device 0 with the device's real compute
+// capability: on a non-SM70 GPU the caller must set SM70OPS_ALLOW_ARCH.
+class Plugin {
+ public:
+  Plugin();
+  ~Plugin();
+  Plugin(const Plugin &) = delete;
+  Plugin &operator=(const Plugin &) = delete;
+  const std::string &error() const { return error_; }
+  const sm70ops_api &api() const { return *sm70ops_host_api(host_); }
+  const sm70ops_context *ctx() const { return sm70ops_host_context(host_); }
+
+ private:
+  sm70ops_host *host_ = nullptr;
+  std::string error_;
+};
+
+// Device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  void *data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void Upload(const void *host, size_t bytes, size_t offset = 0);
+  void Download(void *host, size_t bytes, size_t offset = 0) const;
+  void Poison(uint8_t byte);  // every byte, so unwritten outputs cannot pass as results
+
+ private:
+  void *data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A DLTensor view that owns its shape and strides (elements).
+class View {
+ public:
+  View(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+       uint64_t byte_offset = 0);
+  const DLTensor *get() const { return &tensor_; }
+
+ private:
+  std::vector<int64_t> shape_, strides_;
+  DLTensor tensor_;
+};
+
+std::vector<int64_t> DenseStrides(const std::vector<int64_t> &shape);
+
+constexpr DLDataType kF16{kDLFloat, 16, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kI32{kDLInt, 32, 1};
+constexpr DLDataType kU64{kDLUInt, 64, 1};
+
+void Synchronize();
+
+}  // namespace sm70ops_gpu
+
+#endif  // SM70OPS_TESTS_GPU_GPU_ENV_H_

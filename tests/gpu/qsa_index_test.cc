@@ -1,0 +1,245 @@
+// SM70_QsaIndex: the plugin's QSA index against the CPU reference (tests/ref) on fresh random
+// inputs, outputs and workspace poisoned before each run. Checked per case: the scores (rel-L2,
+// when one chunk holds every row), the top-k (ops.md's near-tie rule), and the expansion of the
+// GPU's own top-k, which must match bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_env.h"
+#include "tests/ref/half.h"
+#include "tests/ref/qsa_index_ref.h"
+
+namespace sm70ops_gpu {
+namespace {
+
+using sm70ops::ref::Varlen;
+
+struct Request {
+  int query_len;
+  int seq_len;
+};
+
+struct Case {
+  std::string name;
+  std::vector<Request> requests;
+  int topk;
+  int q_row_pad = 0;           // extra halves between q rows: a strided q view
+  bool repeated_keys = false;  // a few distinct keys repeated: exact ties everywhere
+  uint64_t workspace_cap = 0;  // 0: the plugin's default; small values force chunking
+};
+
+// gtest prints a failing case by its name.
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
+
+constexpr int kHeads = 4, kDim = 128, kPage = 64;
+
+struct Inputs {
+  Varlen meta;
+  int rows = 0, max_seq_len = 0, max_query_len = 0, num_pages = 0;
+  std::vector<uint16_t> q, k;  // q dense [T,4,128]; k [num_pages,64,128]
+  std::vector<float> w;
+};
+
+int Pages(int tokens) { return (tokens + kPage - 1) / kPage; }
+
+// Requests' pages scattered over a shuffled cache with spare pages, so logical != physical.
+void BuildMeta(const Case &c, std::mt19937 &rng, Inputs &in) {
+  in.meta.query_start_loc = {0};
+  for (const Request &r : c.requests) {
+    in.meta.query_start_loc.push_back(in.meta.query_start_loc.back() + r.query_len);
+    in.meta.seq_lens.push_back(r.seq_len);
+    in.max_seq_len = std::max(in.max_seq_len, r.seq_len);
+    in.max_query_len = std::max(in.max_query_len, r.query_len);
+  }
+  in.rows = in.meta.query_start_loc.back();
+  in.meta.max_pages = Pages(in.max_seq_len);
+  int used = 0;
+  for (const Request &r : c.requests) used += Pages(r.seq_len);
+  in.num_pages = used + 3;
+  std::vector<int32_t> physical(in.num_pages);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  in.meta.block_table.assign(c.requests.size() * in.meta.max_pages, -1);
+  int next = 0;
+  for (size_t r = 0; r < c.requests.size(); ++r) {
+    for (int p = 0; p < Pages(c.requests[r].seq_len); ++p) {
+      in.meta.block_table[r * in.meta.max_pages + p] = physical[next++];
+    }
+  }
+}
+
+std::vector<uint16_t> RandomHalves(size_t n, std::mt19937 &rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> out(n);
+  for (auto &h : out) h = sm70ops::ref::float_to_half(normal(rng));
+  return out;
+}
+
+Inputs MakeInputs(const Case &c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Inputs in;
+  BuildMeta(c, rng, in);
+  in.q = RandomHalves(size_t(in.rows) * kHeads * kDim, rng);
+  in.k = RandomHalves(size_t(in.num_pages) * kPage * kDim, rng);
+  if (c.repeated_keys) {  // every token's key is one of 7 distinct keys
+    for (size_t tok = 7; tok < size_t(in.num_pages) * kPage; ++tok) {
+      std::copy_n(&in.k[(tok % 7) * kDim], kDim, &in.k[tok * kDim]);
+    }
+  }
+  std::uniform_real_distribution<float> weight(-1.f, 1.f);
+  in.w.resize(size_t(in.rows) * kHeads);
+  for (float &x : in.w) x = weight(rng);
+  return in;
+}
+
+struct Outputs {
+  std::vector<int32_t> topk_idx, sel_blocks, sel_count;
+  std::vector<uint64_t> sel_mask;
+  std::vector<float> scores;  // the last chunk's scores, [chunk_rows, ld]
+  int nb = 0;
+  bool single_chunk = false;
+  int64_t ld = 0;
+};
+
+template <typename T>
+DeviceBuffer Uploaded(const std::vector<T> &host) {
+  DeviceBuffer buf(host.size() * sizeof(T));
+  buf.Upload(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {
+  Outputs out;
+  const int64_t T = in.rows, K = c.topk, R = int64_t(c.requests.size());
+  out.nb = std::min<int>(c.topk, Pages(in.max_seq_len));
+  // q as a strided view at a byte offset inside a larger buffer.
+  const int64_t q_row = kHeads * kDim + c.q_row_pad, q_offset_halves = 128;
+  std::vector<uint16_t> q_host(q_offset_halves + T * q_row, 0x7e00);
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(&in.q[t * kHeads * kDim], kHeads * kDim, &q_host[q_offset_halves + t * q_row]);
+  }
+  DeviceBuffer q = Uploaded(q_host), w = Uploaded(in.w), k = Uploaded(in.k);
+  DeviceBuffer qsl = Uploaded(in.meta.query_start_loc), lens = Uploaded(in.meta.seq_lens);
+  DeviceBuffer table = Uploaded(in.meta.block_table);
+  DeviceBuffer topk(T * K * 4), blocks(T * out.nb * 4), masks(T * out.nb * 8), count(T * 4 + 4);
+  View vq(q.data(), kF16, {T, kHeads, kDim}, {q_row, kDim, 1}, q_offset_halves * 2);
+  View vw(w.data(), kF32, {T, kHeads}, DenseStrides({T, kHeads}));
+  View vk(k.data(), kF16, {in.num_pages, kPage, kDim}, DenseStrides({in.num_pages, kPage, kDim}));
+  View vqsl(qsl.data(), kI32, {R + 1}, {1}), vlens(lens.data(), kI32, {R}, {1});
+  View vtable(table.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1});
+  View vtopk(topk.data(), kI32, {T, K}, {K, 1});
+  View vblocks(blocks.data(), kI32, {T, out.nb}, {out.nb, 1});
+  View vmasks(masks.data(), kU64, {T, out.nb}, {out.nb, 1});
+  View vcount(count.data(), kI32, {T}, {1});
+  sm70ops_qsa_index_args args = {};
+  args.struct_size = sizeof(args);
+  args.topk = c.topk;
+  args.max_seq_len = in.max_seq_len;
+  args.max_query_len = in.max_query_len;
+  args.max_workspace_bytes = c.workspace_cap;
+  args.q = vq.get(), args.weights = vw.get(), args.k_index = vk.get();
+  args.query_start_loc = vqsl.get(), args.seq_lens = vlens.get(), args.block_table = vtable.get();
+  args.topk_idx = vtopk.get(), args.sel_blocks = vblocks.get(), args.sel_mask = vmasks.get();
+  args.sel_count = vcount.get();
+
+  sm70ops_decision d = {};
+  d.struct_size = sizeof(d);
+  EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args, &d), SM70OPS_OK);
+  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+  if (!d.accepted) return out;
+  DeviceBuffer workspace(d.workspace_bytes);
+  workspace.Poison(0xff);  // NaN scores
+  for (DeviceBuffer *b : {&topk, &blocks, &masks, &count}) b->Poison(0x7f);
+  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args, nullptr,
+                                 workspace.data(), d.workspace_bytes),
+            SM70OPS_OK)
+      << plugin.api().last_error();
+  Synchronize();
+  out.topk_idx.resize(T * K), out.sel_blocks.resize(T * out.nb), out.sel_mask.resize(T * out.nb);
+  out.sel_count.resize(T);
+  topk.Download(out.topk_idx.data(), T * K * 4);
+  blocks.Download(out.sel_blocks.data(), T * out.nb * 4);
+  masks.Download(out.sel_mask.data(), T * out.nb * 8);
+  count.Download(out.sel_count.data(), T * 4);
+  // White box: the workspace holds the last chunk's fp32 scores, rows of round_up(L, 32).
+  out.ld = (in.max_seq_len + 31) / 32 * 32;
+  out.single_chunk = d.workspace_bytes >= uint64_t(T) * out.ld * 4;
+  if (out.single_chunk) {
+    out.scores.resize(T * out.ld);
+    workspace.Download(out.scores.data(), out.scores.size() * 4);
+  }
+  return out;
+}
+
+void ExpectScores(const Inputs &in, const Outputs &out,
+                  const std::vector<std::vector<double>> &ref) {
+  double err2 = 0, ref2 = 0;
+  int non_finite = 0;
+  for (int t = 0; t < in.rows; ++t) {
+    for (size_t j = 0; j < ref[t].size(); ++j) {
+      const double gpu = out.scores[t * out.ld + j];
+      non_finite += !std::isfinite(gpu);
+      err2 += (gpu - ref[t][j]) * (gpu - ref[t][j]);
+      ref2 += ref[t][j] * ref[t][j];
+    }
+  }
+  EXPECT_EQ(non_finite, 0) << "scores the reference has as finite";
+  const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_LE(rel_l2, 1e-3) << "scores rel-L2";
+  std::printf("  scores rel-L2 %.3g\n", rel_l2);
+}
+
+void ExpectExpansionOfOwnTopk(const Case &c, const Inputs &in, const Outputs &out) {
+  std::vector<sm70ops::ref::Expansion> rows;
+  for (int t = 0; t < in.rows; ++t) {
+    std::vector<int32_t> row(&out.topk_idx[int64_t(t) * c.topk],
+                             &out.topk_idx[int64_t(t) * c.topk] + c.topk);
+    rows.push_back(sm70ops::ref::qsa_index_expand(row));
+  }
+  const auto want = sm70ops::ref::pack_selection(rows, out.nb);
+  EXPECT_EQ(out.sel_count, want.count);
+  EXPECT_EQ(out.sel_blocks, want.blocks);
+  EXPECT_EQ(out.sel_mask, want.masks);
+}
+
+class SM70_QsaIndex : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SM70_QsaIndex, MatchesReference) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Case &c = GetParam();
+  const Inputs in = MakeInputs(c, uint32_t(std::hash<std::string>{}(c.name)));
+  const Outputs out = RunOp(plugin, c, in);
+  if (HasFailure()) return;
+  const auto ref_scores = sm70ops::ref::qsa_index_scores(in.q, in.w, in.k, in.meta);
+  if (out.single_chunk) ExpectScores(in, out, ref_scores);
+  const auto verdict = sm70ops::ref::judge_topk(out.topk_idx, c.topk, ref_scores);
+  EXPECT_TRUE(verdict.ok()) << verdict.failed_rows.size() << " rows differ beyond near ties, first "
+                            << verdict.failed_rows.front();
+  std::printf("  %d rows, %zu near-tie rows excused\n", in.rows, verdict.excused_rows.size());
+  ExpectExpansionOfOwnTopk(c, in, out);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SM70_QsaIndex,
+    ::testing::Values(
+        Case{"ctx1", {{1, 1}}, 512}, Case{"ctx63", {{1, 63}}, 512}, Case{"ctx64", {{1, 64}}, 512},
+        Case{"ctx65_rows9", {{9, 65}}, 512}, Case{"ctx_equals_k", {{3, 2048}}, 2048},
+        Case{"ctx4097_k512", {{33, 4097}}, 512}, Case{"ctx4097_k1024", {{33, 4097}}, 1024},
+        Case{"ctx4097_k2048", {{33, 4097}}, 2048}, Case{"ctx4097_k4096", {{33, 4097}}, 4096},
+        Case{"ctx131072_k2048", {{5, 131072}}, 2048}, Case{"ctx131072_k4096", {{3, 131072}}, 4096},
+        Case{"batch4_strided_q", {{17, 300}, {40, 5000}, {1, 1}, {70, 2100}}, 1024, 64},
+        Case{"repeated_keys_ties", {{20, 3000}}, 512, 0, true},
+        Case{"chunked_rows", {{100, 4097}, {19, 999}}, 2048, 8, false, 16 * 4128 * 4}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sm70ops_gpu

@@ -1,0 +1,57 @@
+#include "tests/ref/varlen.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace sm70ops::ref {
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("varlen: " + what);
+}
+
+void validate(const Varlen& meta) {
+  const int requests = static_cast<int>(meta.seq_lens.size());
+  require(meta.query_start_loc.size() == meta.seq_lens.size() + 1, "query_start_loc needs R+1");
+  require(meta.query_start_loc[0] == 0, "query_start_loc[0] must be 0");
+  require(meta.max_pages >= 0, "max_pages must be >= 0");
+  require(meta.block_table.size() == static_cast<size_t>(requests) * meta.max_pages,
+          "block_table must be [R, max_pages]");
+  for (int r = 0; r < requests; ++r) {
+    const int query_len = meta.query_start_loc[r + 1] - meta.query_start_loc[r];
+    require(query_len >= 0, "query_start_loc must not decrease");
+    require(meta.seq_lens[r] >= query_len, "seq_len must cover the query chunk");
+    require(meta.seq_lens[r] <= meta.max_pages * kPageSize, "block_table too narrow for seq_len");
+  }
+}
+
+}  // namespace
+
+int num_requests(const Varlen& meta) { return static_cast<int>(meta.seq_lens.size()); }
+
+int num_rows(const Varlen& meta) {
+  return meta.query_start_loc.empty() ? 0 : meta.query_start_loc.back();
+}
+
+std::vector<RowInfo> varlen_rows(const Varlen& meta) {
+  validate(meta);
+  std::vector<RowInfo> rows;
+  rows.reserve(num_rows(meta));
+  for (int r = 0; r < num_requests(meta); ++r) {
+    const int first = meta.query_start_loc[r];
+    const int query_len = meta.query_start_loc[r + 1] - first;
+    for (int i = 0; i < query_len; ++i) {
+      const int pos = meta.seq_lens[r] - query_len + i;
+      rows.push_back({r, pos, pos + 1});
+    }
+  }
+  return rows;
+}
+
+int64_t physical_token(const Varlen& meta, int request, int position) {
+  const int32_t page =
+      meta.block_table[static_cast<size_t>(request) * meta.max_pages + position / kPageSize];
+  return static_cast<int64_t>(page) * kPageSize + position % kPageSize;
+}
+
+}  // namespace sm70ops::ref

@@ -1,0 +1,39 @@
+// vLLM-style varlen batch metadata and paged-cache addressing shared by the QSA references.
+#ifndef SM70OPS_TESTS_REF_VARLEN_H_
+#define SM70OPS_TESTS_REF_VARLEN_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace sm70ops::ref {
+
+constexpr int kPageSize = 64;  // tokens per KV page (ops.md: the only page size)
+
+// Host metadata of one batch of R requests.
+struct Varlen {
+  std::vector<int32_t> query_start_loc;  // [R+1]: rows of request r are [qsl[r], qsl[r+1])
+  std::vector<int32_t> seq_lens;         // [R]: context length including this chunk
+  std::vector<int32_t> block_table;      // [R, max_pages]: logical page -> physical page
+  int max_pages = 0;
+};
+
+// Where one query row sits: it sees keys 0 .. pos, i.e. len = pos + 1 of them.
+struct RowInfo {
+  int request;
+  int pos;
+  int len;
+};
+
+int num_requests(const Varlen& meta);
+int num_rows(const Varlen& meta);  // T = query_start_loc[R]
+
+// One entry per row t; throws std::invalid_argument when the metadata is inconsistent.
+std::vector<RowInfo> varlen_rows(const Varlen& meta);
+
+// Index of token `position` of request `request` in a [num_pages, 64, ...] cache, counted in
+// tokens (physical page * 64 + position % 64).
+int64_t physical_token(const Varlen& meta, int request, int position);
+
+}  // namespace sm70ops::ref
+
+#endif  // SM70OPS_TESTS_REF_VARLEN_H_

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU tests and benchmarks on a machine with a CUDA GPU but no Bazel (the device machine).
+#   bash tools/gpu_tests.sh pack   here: build (default config) and copy the binaries to .device/
+#   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
+# On a GPU other than a V100 the plugin declines by design; the run sets SM70OPS_ALLOW_ARCH to
+# the device's compute capability, for validation only.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tests=(//tests/gpu:qsa_index_test)
+
+label_path() { local l=${1#//}; echo "${l/://}"; }  # //a/b:c -> a/b/c
+
+pack() {
+  bazel build //:sm70ops //integration/cli:sm70ops "${tests[@]}" >/dev/null 2>&1 ||
+    { echo "gpu_tests: build failed"; exit 1; }
+  rm -rf .device && mkdir -p .device
+  cp bazel-bin/libsm70ops.so bazel-bin/integration/cli/sm70ops .device/
+  for t in "${tests[@]}"; do cp "bazel-bin/$(label_path "$t")" .device/; done
+  echo "gpu_tests: packed $(ls .device | wc -l) files into .device/"
+}
+
+run() {
+  local cc
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
+  export SM70OPS_LIBRARY=$PWD/.device/libsm70ops.so
+  [ "$cc" != 70 ] && export SM70OPS_ALLOW_ARCH=$cc && echo "gpu_tests: compute capability $cc: SM70OPS_ALLOW_ARCH=$cc (validation only)"
+  local passed=0 failed=0 skipped=0
+  for t in "${tests[@]}"; do
+    local name xml
+    name=$(basename "$(label_path "$t")")
+    xml=${OUT:-/tmp}/$name.xml
+    ".device/$name" --gtest_output="xml:$xml" | grep -vE '^\[ +(RUN|OK) +\]'
+    read -r p f s < <(python3 - "$xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+cases = list(root.iter("testcase"))
+fail = sum(1 for c in cases if c.find("failure") is not None)
+skip = sum(1 for c in cases if c.get("result") == "skipped")
+print(len(cases) - fail - skip, fail, skip)
+PY
+)
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  done
+  echo "gpu: $passed passed, $failed failed, $skipped skipped"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: $0 pack|run" >&2; exit 64 ;;
+esac
