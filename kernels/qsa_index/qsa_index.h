@@ -1,5 +1,6 @@
-/* QSA index on SM70: fused WMMA scorer over the paged index keys, then an exact radix top-k with
- * the expansion to pages and 64-bit token masks, per chunk of rows. C interface for plugin/. */
+/* QSA index on SM70: sampled thresholds, a filtering WMMA scorer over the paged index keys, an
+ * exact radix top-k and the expansion to pages and 64-bit token masks, per chunk of rows
+ * (pipeline: qsa_index.cu). C interface for plugin/ and the tests. */
 #ifndef SM70OPS_KERNELS_QSA_INDEX_QSA_INDEX_H_
 #define SM70OPS_KERNELS_QSA_INDEX_QSA_INDEX_H_
 
@@ -51,6 +52,28 @@ typedef struct sm70_qsa_index_params {
  * *chunk_rows gets the rows per pass. 0 when even the smallest chunk does not fit the cap. */
 uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_seq_len, uint64_t cap_bytes,
                                   int32_t *chunk_rows);
+
+/* Where one chunk's intermediate results lie in the workspace (device pointers), for tests that
+ * check the scorer directly. samples: [chunk_rows, sample_ld], key g * sample_span + i at column
+ * g * sample_group + i; kept keys: [chunk_rows, candidates] scores and positions, count[r] of
+ * them (more than `candidates`: the row overflowed and was rescued); ties: [chunk_rows,
+ * tie_words] bitmaps of the keys scoring exactly the row's threshold. */
+typedef struct sm70_qsa_index_workspace_view {
+  const float *samples;
+  const int32_t *count;
+  const float *cand_score;
+  const int32_t *cand_pos;
+  const uint32_t *ties;
+  int32_t sample_ld;
+  int32_t sample_span;
+  int32_t sample_group;
+  int32_t candidates;
+  int32_t tie_words;
+  int32_t reserved0;
+} sm70_qsa_index_workspace_view;
+
+void sm70_qsa_index_view(const void *workspace, int32_t chunk_rows, int32_t max_seq_len,
+                         sm70_qsa_index_workspace_view *out);
 
 /* Enqueues the op on `stream` (a cudaStream_t). Returns a cudaError_t (0 = success). */
 int32_t sm70_qsa_index_launch(const sm70_qsa_index_params *p, void *workspace, void *stream);

@@ -1,7 +1,10 @@
 // SM70_QsaIndex: the plugin's QSA index against the CPU reference (tests/ref) on fresh random
-// inputs, outputs and workspace poisoned before each run. Checked per case: the scores (rel-L2,
-// when one chunk holds every row), the top-k (ops.md's near-tie rule), and the expansion of the
-// GPU's own top-k, which must match bit for bit.
+// inputs, outputs and workspace poisoned before each run. Checked per case: the scores the
+// kernels computed (rel-L2 of the sampled and the kept scores, read from the workspace when one
+// chunk holds every row), the top-k (ops.md's near-tie rule), and the expansion of the GPU's own
+// top-k, which must match bit for bit.
+#include "kernels/qsa_index/qsa_index.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -30,9 +33,10 @@ struct Case {
   std::string name;
   std::vector<Request> requests;
   int topk;
-  int q_row_pad = 0;           // extra halves between q rows: a strided q view
-  bool repeated_keys = false;  // a few distinct keys repeated: exact ties everywhere
-  uint64_t workspace_cap = 0;  // 0: the plugin's default; small values force chunking
+  int q_row_pad = 0;               // extra halves between q rows: a strided q view
+  bool repeated_keys = false;      // a few distinct keys repeated: exact ties everywhere
+  int chunk_rows = 0;              // > 0: cap the workspace to chunks of this many rows
+  bool sampled_keys_loud = false;  // sampled positions get 4x keys: the threshold misjudges
 };
 
 // gtest prints a failing case by its name.
@@ -75,6 +79,21 @@ void BuildMeta(const Case &c, std::mt19937 &rng, Inputs &in) {
   }
 }
 
+// Keys at the positions the kernels sample (the first 32 of every 512) scaled by 4, so every
+// row's threshold lands above nearly all unsampled keys and too few keys reach it.
+void ScaleSampledKeys(Inputs &in) {
+  for (size_t r = 0; r < in.meta.seq_lens.size(); ++r) {
+    for (int j = 0; j < in.meta.seq_lens[r]; ++j) {
+      if (j % 512 >= 32) continue;
+      const int64_t tok = sm70ops::ref::physical_token(in.meta, int(r), j);
+      for (int d = 0; d < kDim; ++d) {
+        uint16_t &h = in.k[tok * kDim + d];
+        h = sm70ops::ref::float_to_half(4.f * sm70ops::ref::half_to_float(h));
+      }
+    }
+  }
+}
+
 std::vector<uint16_t> RandomHalves(size_t n, std::mt19937 &rng) {
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<uint16_t> out(n);
@@ -93,6 +112,7 @@ Inputs MakeInputs(const Case &c, uint32_t seed) {
       std::copy_n(&in.k[(tok % 7) * kDim], kDim, &in.k[tok * kDim]);
     }
   }
+  if (c.sampled_keys_loud) ScaleSampledKeys(in);
   std::uniform_real_distribution<float> weight(-1.f, 1.f);
   in.w.resize(size_t(in.rows) * kHeads);
   for (float &x : in.w) x = weight(rng);
@@ -102,10 +122,13 @@ Inputs MakeInputs(const Case &c, uint32_t seed) {
 struct Outputs {
   std::vector<int32_t> topk_idx, sel_blocks, sel_count;
   std::vector<uint64_t> sel_mask;
-  std::vector<float> scores;  // the last chunk's scores, [chunk_rows, ld]
-  int nb = 0;
+  // What the kernels scored, from the workspace when one chunk held every row.
   bool single_chunk = false;
-  int64_t ld = 0;
+  sm70_qsa_index_workspace_view view{};
+  std::vector<float> samples, cand_score;
+  std::vector<int32_t> count, cand_pos;
+  std::vector<uint32_t> ties;
+  int nb = 0;
 };
 
 template <typename T>
@@ -113,6 +136,28 @@ DeviceBuffer Uploaded(const std::vector<T> &host) {
   DeviceBuffer buf(host.size() * sizeof(T));
   buf.Upload(host.data(), host.size() * sizeof(T));
   return buf;
+}
+
+// White box: the scores the kernels kept, when one chunk held every row.
+void DownloadWorkspace(const DeviceBuffer &workspace, const Case &c, const Inputs &in,
+                       Outputs &out) {
+  int32_t chunk_rows = 0;  // rows of one chunk holding them all: the layout to read
+  const uint64_t all_rows = sm70_qsa_index_workspace(in.rows, in.max_seq_len, ~0ull, &chunk_rows);
+  out.single_chunk = workspace.bytes() >= all_rows && c.chunk_rows == 0;
+  if (!out.single_chunk) return;
+  sm70_qsa_index_view(workspace.data(), chunk_rows, in.max_seq_len, &out.view);
+  const auto offset = [&](const void *p) {
+    return size_t(static_cast<const char *>(p) - static_cast<const char *>(workspace.data()));
+  };
+  const size_t cands = size_t(in.rows) * out.view.candidates;
+  out.samples.resize(size_t(in.rows) * out.view.sample_ld);
+  out.count.resize(in.rows), out.cand_score.resize(cands), out.cand_pos.resize(cands);
+  workspace.Download(out.samples.data(), out.samples.size() * 4, offset(out.view.samples));
+  workspace.Download(out.count.data(), out.count.size() * 4, offset(out.view.count));
+  workspace.Download(out.cand_score.data(), cands * 4, offset(out.view.cand_score));
+  workspace.Download(out.cand_pos.data(), cands * 4, offset(out.view.cand_pos));
+  out.ties.resize(size_t(in.rows) * out.view.tie_words);
+  workspace.Download(out.ties.data(), out.ties.size() * 4, offset(out.view.ties));
 }
 
 Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {
@@ -143,7 +188,9 @@ Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {
   args.topk = c.topk;
   args.max_seq_len = in.max_seq_len;
   args.max_query_len = in.max_query_len;
-  args.max_workspace_bytes = c.workspace_cap;
+  int32_t unused = 0;
+  args.max_workspace_bytes =
+      c.chunk_rows ? sm70_qsa_index_workspace(c.chunk_rows, in.max_seq_len, ~0ull, &unused) : 0;
   args.q = vq.get(), args.weights = vw.get(), args.k_index = vk.get();
   args.query_start_loc = vqsl.get(), args.seq_lens = vlens.get(), args.block_table = vtable.get();
   args.topk_idx = vtopk.get(), args.sel_blocks = vblocks.get(), args.sel_mask = vmasks.get();
@@ -168,32 +215,53 @@ Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {
   blocks.Download(out.sel_blocks.data(), T * out.nb * 4);
   masks.Download(out.sel_mask.data(), T * out.nb * 8);
   count.Download(out.sel_count.data(), T * 4);
-  // White box: the workspace holds the last chunk's fp32 scores, rows of round_up(L, 32).
-  out.ld = (in.max_seq_len + 31) / 32 * 32;
-  out.single_chunk = d.workspace_bytes >= uint64_t(T) * out.ld * 4;
-  if (out.single_chunk) {
-    out.scores.resize(T * out.ld);
-    workspace.Download(out.scores.data(), out.scores.size() * 4);
-  }
+  DownloadWorkspace(workspace, c, in, out);
   return out;
 }
 
-void ExpectScores(const Inputs &in, const Outputs &out,
-                  const std::vector<std::vector<double>> &ref) {
+// rel-L2 over (GPU score, reference score) pairs, and how many GPU scores were not finite.
+struct ScoreError {
   double err2 = 0, ref2 = 0;
-  int non_finite = 0;
+  int non_finite = 0, count = 0;
+  void Add(double gpu, double ref) {
+    non_finite += !std::isfinite(gpu);
+    err2 += (gpu - ref) * (gpu - ref), ref2 += ref * ref, ++count;
+  }
+  double RelL2() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2); }
+};
+
+// Sampled scores of every row that needed them (L > K), and every kept key's score.
+void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
+                  const std::vector<std::vector<double>> &ref) {
+  const auto &v = out.view;
+  ScoreError sampled, kept;
+  int rescued = 0;
   for (int t = 0; t < in.rows; ++t) {
-    for (size_t j = 0; j < ref[t].size(); ++j) {
-      const double gpu = out.scores[t * out.ld + j];
-      non_finite += !std::isfinite(gpu);
-      err2 += (gpu - ref[t][j]) * (gpu - ref[t][j]);
-      ref2 += ref[t][j] * ref[t][j];
+    const int len = int(ref[t].size());
+    if (len <= c.topk) continue;
+    for (int i = 0; i < v.sample_ld; ++i) {
+      const int key = i / v.sample_group * v.sample_span + i % v.sample_group;
+      if (key < len) sampled.Add(out.samples[size_t(t) * v.sample_ld + i], ref[t][key]);
+    }
+    const int n = out.count[t];
+    int tied = 0;
+    for (int w = 0; w < v.tie_words; ++w)
+      tied += __builtin_popcount(out.ties[size_t(t) * v.tie_words + w]);
+    rescued += n + tied < c.topk || n > v.candidates;
+    for (int i = 0; i < std::min(n, v.candidates); ++i) {
+      const int pos = out.cand_pos[size_t(t) * v.candidates + i];
+      ASSERT_TRUE(pos >= 0 && pos < len) << "row " << t << " kept position " << pos;
+      kept.Add(out.cand_score[size_t(t) * v.candidates + i], ref[t][pos]);
     }
   }
-  EXPECT_EQ(non_finite, 0) << "scores the reference has as finite";
-  const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_LE(rel_l2, 1e-3) << "scores rel-L2";
-  std::printf("  scores rel-L2 %.3g\n", rel_l2);
+  EXPECT_EQ(sampled.non_finite + kept.non_finite, 0) << "scores the reference has as finite";
+  EXPECT_LE(sampled.RelL2(), 1e-3) << "sampled scores rel-L2";
+  EXPECT_LE(kept.RelL2(), 1e-3) << "kept scores rel-L2";
+  if (c.sampled_keys_loud) {
+    EXPECT_GT(rescued, 0) << "the misjudging sample rescued no row";
+  }
+  std::printf("  scores rel-L2: sampled %.3g (%d), kept %.3g (%d); rescued rows %d\n",
+              sampled.RelL2(), sampled.count, kept.RelL2(), kept.count, rescued);
 }
 
 void ExpectExpansionOfOwnTopk(const Case &c, const Inputs &in, const Outputs &out) {
@@ -220,7 +288,7 @@ TEST_P(SM70_QsaIndex, MatchesReference) {
   const Outputs out = RunOp(plugin, c, in);
   if (HasFailure()) return;
   const auto ref_scores = sm70ops::ref::qsa_index_scores(in.q, in.w, in.k, in.meta);
-  if (out.single_chunk) ExpectScores(in, out, ref_scores);
+  if (out.single_chunk) ExpectScores(c, in, out, ref_scores);
   const auto verdict = sm70ops::ref::judge_topk(out.topk_idx, c.topk, ref_scores);
   EXPECT_TRUE(verdict.ok()) << verdict.failed_rows.size() << " rows differ beyond near ties, first "
                             << verdict.failed_rows.front();
@@ -238,7 +306,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ctx131072_k2048", {{5, 131072}}, 2048}, Case{"ctx131072_k4096", {{3, 131072}}, 4096},
         Case{"batch4_strided_q", {{17, 300}, {40, 5000}, {1, 1}, {70, 2100}}, 1024, 64},
         Case{"repeated_keys_ties", {{20, 3000}}, 512, 0, true},
-        Case{"chunked_rows", {{100, 4097}, {19, 999}}, 2048, 8, false, 16 * 4128 * 4}),
+        Case{"chunked_rows", {{100, 4097}, {19, 999}}, 2048, 8, false, 16},
+        Case{"rescue_misjudged_rows", {{6, 20000}}, 512, 0, false, 0, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace

@@ -1,0 +1,128 @@
+// Block-wide radix selection over 32-bit order keys: the building blocks of an exact top-k.
+//
+// A selection narrows a key prefix level by level (widths: radix_bits). At each level a
+// histogram of the next digit over the keys still matching the prefix tells which bin holds the
+// need-th largest key; the bins above it are taken whole, the bin itself becomes the new prefix.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/block_scan.cuh"
+
+namespace sm70ops {
+
+constexpr int kRadixLevels = 4;
+constexpr int kRadixMaxBins = 1 << 11;
+
+// Digit width of each level: 11 + 8 + 8 + 5 = 32. The first level is the widest because it runs
+// over the most keys; later ones run over one bin's keys.
+__host__ __device__ constexpr int radix_bits(int level) {
+  return level == 0 ? 11 : level == 3 ? 5 : 8;
+}
+
+// Larger float -> larger unsigned key, so radix digits rank scores.
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_value(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// The selection so far: keys whose top `consumed` bits equal `prefix` are undecided, and `need`
+// of them are still to be taken.
+struct Radix {
+  uint32_t prefix;
+  int consumed;
+  int need;
+};
+
+__device__ __forceinline__ bool matches(uint32_t key, const Radix r) {
+  return r.consumed == 0 || (key >> (32 - r.consumed)) == r.prefix;
+}
+
+__device__ __forceinline__ uint32_t digit(uint32_t key, int consumed, int width) {
+  return (key >> (32 - consumed - width)) & ((1u << width) - 1);
+}
+
+// Shared memory a selection works in.
+struct RadixScratch {
+  uint32_t hist[kRadixMaxBins];
+  int scan[33];
+  uint32_t bin;    // find_bin's answer
+  uint32_t above;  // keys in the bins above it
+};
+
+// The state after a level chose s.bin.
+__device__ __forceinline__ Radix narrowed(const Radix r, int width, const RadixScratch &s) {
+  return {(r.prefix << width) | s.bin, r.consumed + width, r.need - (int)s.above};
+}
+
+template <int kThreads>
+__device__ void clear_histogram(int width, RadixScratch &s) {
+  for (int b = threadIdx.x; b < (1 << width); b += kThreads) s.hist[b] = 0;
+  __syncthreads();
+}
+
+// Adds each distinct bin of the warp once: scores crowd into few bins, and one shared atomic per
+// lane would serialise on them. Every lane of the warp must call it.
+__device__ __forceinline__ void warp_histogram_add(bool live, uint32_t bin, uint32_t *hist) {
+  const unsigned active = __ballot_sync(kFullMask, live);
+  if (!live) return;
+  const unsigned peers = __match_any_sync(active, bin);
+  if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+}
+
+// Histogram of the next digit over keys[0, n) that match r.
+template <int kThreads>
+__device__ void key_histogram(const uint32_t *keys, int n, const Radix r, int width,
+                              RadixScratch &s) {
+  clear_histogram<kThreads>(width, s);
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const uint32_t k = i < n ? keys[i] : 0u;
+    warp_histogram_add(i < n && matches(k, r), digit(k, r.consumed, width), s.hist);
+  }
+  __syncthreads();
+}
+
+// The bin holding the need-th largest key (bins above it hold s.above < need keys).
+__device__ void find_bin(int width, int need, RadixScratch &s) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, per = (1 << width) / 32;
+    const int top = (1 << width) - lane * per;  // lane 0 takes the highest bins
+    int sum = 0;
+    for (int b = top - per; b < top; ++b) sum += s.hist[b];
+    const int inclusive = warp_inclusive_scan(sum);
+    const int owner = __ffs(__ballot_sync(kFullMask, inclusive >= need)) - 1;
+    if (lane == owner) {
+      int running = inclusive - sum;
+      for (int b = top - 1; b >= top - per; --b) {
+        if (running + (int)s.hist[b] >= need) {
+          s.bin = b;
+          s.above = running;
+          break;
+        }
+        running += s.hist[b];
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// The need-th largest of keys[0, n) (1 <= need <= n): its exact key.
+template <int kThreads>
+__device__ uint32_t kth_largest_key(const uint32_t *keys, int n, int need, RadixScratch &s) {
+  Radix r{0u, 0, need};
+  for (int level = 0; level < kRadixLevels; ++level) {
+    const int width = radix_bits(level);
+    key_histogram<kThreads>(keys, n, r, width, s);
+    find_bin(width, r.need, s);
+    r = narrowed(r, width, s);
+    __syncthreads();  // s.bin and s.above are read before the next level rewrites them
+  }
+  return r.prefix;
+}
+
+}  // namespace sm70ops

@@ -1,0 +1,256 @@
+// QSA index scorer: s[t,j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) on tensor cores.
+//
+// One block = 16 rows of one request x a range of keys. The four heads' Q tiles stay in shared
+// memory; each warp streams 32-key groups of the paged keys (a group never crosses a page)
+// straight from global memory into WMMA B fragments. One accumulator per head and key fragment
+// keeps the heads apart, so the ReLU and the weighted head sum happen in registers. Two modes:
+//   sample  scores the first group of every 512 keys into the workspace;
+//   filter  scores every key and keeps those above the row's threshold, and marks those at it.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include "kernels/qsa_index/qsa_index_internal.cuh"
+
+namespace sm70ops::qsa_index {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kFrag = 16;         // WMMA m16n16k16
+constexpr int kWarps = 4;         // 128 threads: three blocks fit a V100 SM
+constexpr int kKeysPerWarp = 32;  // two key fragments share each A fragment load
+constexpr int kKeyFrags = kKeysPerWarp / kFrag;
+constexpr int kFilterKeysPerBlock = 2048;  // at most: amortises the Q tile over 64 key groups
+constexpr int kFilterMinKeysPerBlock = 256;
+constexpr int kFilterMinBlocks = 1024;     // short contexts split keys finer to fill the GPU
+constexpr int kSampleGroupsPerBlock = 64;  // the same 64 groups, spread over 32K keys
+constexpr int kQLd = kDim + 8;             // halves; the pad staggers rows over the banks
+static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
+
+struct __align__(32) Smem {
+  __half q[kHeads][kTileRows][kQLd];  // 17408 B
+  float row_ids[kFrag][kFrag];        // element (r, c) = r: accumulator element -> row
+  float col_ids[kFrag][kFrag];        // element (r, c) = c: accumulator element -> key
+  float w[kTileRows][kHeads];
+  float threshold[kTileRows];
+  int32_t len[kTileRows];  // keys each row sees (causal bound)
+};
+static_assert(sizeof(Smem) <= 48 * 1024, "static shared memory");
+
+// Tile slots of request r within chunk [c0, c1) start at first_slot(r); a request of n rows owns
+// at least ceil(n / 16) slots, so no tile spans two requests and the grid size is static.
+__device__ int first_slot(const Params &p, int c0, int c1, int r) {
+  const int begin = min(max(p.query_start_loc[r], c0), c1);
+  return (begin - c0) / kTileRows + r;
+}
+
+struct Tile {
+  int request;
+  int row0;  // first row (global index)
+  int rows;
+};
+
+__device__ bool find_tile(const Params &p, int c0, int c1, int slot, Tile *tile) {
+  int lo = 0, hi = p.requests - 1;  // the last request whose slots start at or before `slot`
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first_slot(p, c0, c1, mid) <= slot)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int begin = min(max(p.query_start_loc[lo], c0), c1);
+  const int end = min(max(p.query_start_loc[lo + 1], c0), c1);
+  const int row0 = begin + (slot - first_slot(p, c0, c1, lo)) * kTileRows;
+  if (row0 >= end) return false;
+  *tile = {lo, row0, min(kTileRows, end - row0)};
+  return true;
+}
+
+// Prologue: Q tile (zeros past the tile's rows), weights, row lengths, row ids, and when
+// filtering the rows' thresholds.
+__device__ void load_tile(const Params &p, const Tile &tile, int c0, const Workspace &ws,
+                          bool filter, Smem &s) {
+  constexpr int kChunks = kDim / 8;  // 16-byte pieces of a head row
+  for (int i = threadIdx.x; i < kHeads * kTileRows * kChunks; i += blockDim.x) {
+    const int h = i / (kTileRows * kChunks), row = (i / kChunks) % kTileRows, c = i % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row < tile.rows) {
+      const uint16_t *src = p.q + (tile.row0 + row) * p.q_row_stride + h * p.q_head_stride;
+      v = reinterpret_cast<const uint4 *>(src)[c];
+    }
+    *reinterpret_cast<uint4 *>(&s.q[h][row][c * 8]) = v;
+  }
+  for (int i = threadIdx.x; i < kTileRows * kHeads; i += blockDim.x) {
+    const int row = i / kHeads, h = i % kHeads;
+    s.w[row][h] = row < tile.rows ? p.weights[(tile.row0 + row) * p.weights_row_stride + h] : 0.f;
+  }
+  for (int i = threadIdx.x; i < kFrag * kFrag; i += blockDim.x) {
+    s.row_ids[i / kFrag][i % kFrag] = i / kFrag;
+    s.col_ids[i / kFrag][i % kFrag] = i % kFrag;
+  }
+  if (threadIdx.x < kTileRows) {
+    const int row = threadIdx.x;
+    const bool live = row < tile.rows;
+    s.len[row] = live ? row_length(p, tile.request, tile.row0 + row) : 0;
+    s.threshold[row] = live && filter ? ws.threshold[tile.row0 + row - c0] : 0.f;
+  }
+}
+
+// Keys key0 .. key0+31 of request r (one page), or nullptr when the page id is out of range.
+__device__ const __half *key_group(const Params &p, int r, int key0) {
+  const int page = p.block_table[r * p.block_table_stride + key0 / kPage];
+  if (page < 0 || page >= p.num_pages) return nullptr;
+  const uint16_t *k = p.k_index + page * p.k_page_stride + (key0 % kPage) * p.k_token_stride;
+  return reinterpret_cast<const __half *>(k);
+}
+
+using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+
+__device__ void score_group(const Smem &s, const __half *keys, int64_t ld,
+                            Acc (&acc)[kHeads][kKeyFrags]) {
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+    for (int f = 0; f < kKeyFrags; ++f) wmma::fill_fragment(acc[h][f], 0.f);
+  if (keys == nullptr) return;  // an out-of-range page reads as zero keys
+#pragma unroll 2
+  for (int k = 0; k < kDim; k += kFrag) {
+    wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b[kKeyFrags];
+#pragma unroll
+    for (int f = 0; f < kKeyFrags; ++f) wmma::load_matrix_sync(b[f], keys + f * kFrag * ld + k, ld);
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
+      wmma::load_matrix_sync(a, &s.q[h][0][k], kQLd);
+#pragma unroll
+      for (int f = 0; f < kKeyFrags; ++f) wmma::mma_sync(acc[h][f], a, b[f], acc[h][f]);
+    }
+  }
+}
+
+// Which row and key of the tile each accumulator element holds. WMMA leaves the layout to the
+// implementation, but it is the same for every accumulator fragment, so fragments loaded from
+// index matrices tell it.
+struct ElementMap {
+  Acc row;
+  Acc col;
+};
+
+// sum_h w[row,h] * relu(acc_h) for each element of key fragment f.
+__device__ void combine_heads(const Smem &s, const ElementMap &map,
+                              const Acc (&acc)[kHeads][kKeyFrags], int f, Acc &sum) {
+#pragma unroll
+  for (int i = 0; i < sum.num_elements; ++i) {
+    const int row = (int)map.row.x[i];
+    float v = 0.f;
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) v += s.w[row][h] * fmaxf(acc[h][f].x[i], 0.f);
+    sum.x[i] = v;
+  }
+}
+
+__device__ void write_samples(const ElementMap &map, const Acc &sum, const Tile &tile, int c0,
+                              int column0, const Workspace &ws) {
+  float *out = ws.samples + (int64_t)(tile.row0 - c0) * ws.sample_ld + column0;
+#pragma unroll
+  for (int i = 0; i < sum.num_elements; ++i) {
+    const int row = (int)map.row.x[i];
+    if (row < tile.rows) out[row * ws.sample_ld + (int)map.col.x[i]] = sum.x[i];
+  }
+}
+
+// Keeps the keys strictly above their row's threshold (a few percent) as candidates and marks
+// those equal to it in the row's tie bitmap. Elements go one by one: staging whole rows through
+// shared memory to batch the atomics cost more than the rare atomics do.
+__device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc &sum,
+                                const Tile &tile, int c0, int key0, const Workspace &ws) {
+#pragma unroll
+  for (int i = 0; i < sum.num_elements; ++i) {
+    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
+    if (row >= tile.rows || key >= s.len[row]) continue;
+    const float v = sum.x[i], threshold = s.threshold[row];
+    const int64_t r = tile.row0 + row - c0;
+    if (v > threshold) {
+      const int slot = atomicAdd(&ws.count[r], 1);
+      if (slot < kCandidates) {
+        ws.cand_score[r * kCandidates + slot] = v;
+        ws.cand_pos[r * kCandidates + slot] = key;
+      }
+    } else if (v == threshold) {
+      atomicOr(&ws.ties[r * ws.tie_words + key / 32], 1u << (key % 32));
+    }
+  }
+}
+
+// Rows that see at most K keys take them all and need no scores.
+__device__ int tile_length(const Params &p, const Smem &s) {
+  int len = 0;
+  for (int row = 0; row < kTileRows; ++row) len = max(len, s.len[row]);
+  return len > p.topk ? len : 0;
+}
+
+template <bool kSample>
+__global__ void __launch_bounds__(kWarps * 32)
+    qsa_index_score_wmma(const Params p, int c0, int c1, const Workspace ws, int groups_per_block) {
+  __shared__ Smem s;
+  Tile tile;
+  if (!find_tile(p, c0, c1, blockIdx.x, &tile)) return;
+  load_tile(p, tile, c0, ws, !kSample, s);
+  __syncthreads();
+  const int len = tile_length(p, s);
+  ElementMap map;
+  wmma::load_matrix_sync(map.row, &s.row_ids[0][0], kFrag, wmma::mem_row_major);
+  wmma::load_matrix_sync(map.col, &s.col_ids[0][0], kFrag, wmma::mem_row_major);
+  const int warp = threadIdx.x / 32;
+  // Key groups this warp scores: every 16th group when sampling, all of them when filtering.
+  const int stride = kSample ? kSampleSpan : kKeysPerWarp;
+  const int first = blockIdx.y * groups_per_block;
+  for (int g = first + warp; g < first + groups_per_block && g * stride < len; g += kWarps) {
+    const int key0 = g * stride;
+    Acc acc[kHeads][kKeyFrags];
+    score_group(s, key_group(p, tile.request, key0), p.k_token_stride, acc);
+#pragma unroll
+    for (int f = 0; f < kKeyFrags; ++f) {
+      Acc sum;
+      combine_heads(s, map, acc, f, sum);
+      if (kSample) {
+        write_samples(map, sum, tile, c0, g * kSampleGroup + f * kFrag, ws);
+      } else {
+        keep_candidates(s, map, sum, tile, c0, key0 + f * kFrag, ws);
+      }
+    }
+  }
+}
+
+dim3 score_grid(const Params &p, int c0, int c1, int keys_per_block) {
+  return dim3((c1 - c0) / kTileRows + p.requests,
+              (p.max_seq_len + keys_per_block - 1) / keys_per_block);
+}
+
+// The widest key range per block (the Q tile is loaded once per block) that still gives the GPU
+// kFilterMinBlocks blocks.
+int filter_keys_per_block(const Params &p, int c0, int c1) {
+  int keys = kFilterKeysPerBlock;
+  while (keys > kFilterMinKeysPerBlock) {
+    const dim3 grid = score_grid(p, c0, c1, keys);
+    if ((int64_t)grid.x * grid.y >= kFilterMinBlocks) break;
+    keys /= 2;
+  }
+  return keys;
+}
+
+}  // namespace
+
+void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+  const dim3 grid = score_grid(p, c0, c1, kSampleGroupsPerBlock * kSampleSpan);
+  qsa_index_score_wmma<true><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, kSampleGroupsPerBlock);
+}
+
+void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+  const int keys = filter_keys_per_block(p, c0, c1);
+  const dim3 grid = score_grid(p, c0, c1, keys);
+  qsa_index_score_wmma<false><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, keys / kKeysPerWarp);
+}
+
+}  // namespace sm70ops::qsa_index

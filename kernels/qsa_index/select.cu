@@ -1,0 +1,365 @@
+// QSA index selection: per row, the threshold from the samples, then the exact top-K and its
+// expansion to pages and 64-bit masks.
+//
+//   threshold  the sample_rank(K)-th largest sample of the row (-inf when the row has fewer
+//              samples; +inf when it sees at most K keys and takes them all).
+//   select     with at least K keys above the threshold: radix select of the top K among them in
+//              shared memory; with fewer: all of them, and the lowest-position keys tied at the
+//              threshold. A row the sample misjudged (too few kept, or more than kCandidates) is
+//              rescued: the same selection over scores recomputed on CUDA cores, exact but slow.
+//              The selection is a bitmap in shared memory whose 64-bit words are the pages'
+//              masks, so indices and expansion come out of one ordered scan.
+#include <cuda_fp16.h>
+
+#include "kernels/common/radix_select.cuh"
+#include "kernels/qsa_index/qsa_index_internal.cuh"
+
+namespace sm70ops::qsa_index {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kMaxWords = SM70_QSA_INDEX_MAX_SEQ_LEN / 32;  // selection bitmap, 32 keys a word
+
+// ---- threshold
+
+struct ThresholdSmem {
+  RadixScratch radix;
+  uint32_t keys[SM70_QSA_INDEX_MAX_SEQ_LEN / kSampleSpan * kSampleGroup];
+};
+
+__global__ void __launch_bounds__(kThreads)
+    qsa_index_threshold(const Params p, int c0, const Workspace ws, int rank) {
+  __shared__ ThresholdSmem s;
+  const int t = c0 + blockIdx.x, r = row_request(p, t);
+  const int len = r < 0 ? 0 : row_length(p, r, t);
+  const int n = sample_groups(len) * kSampleGroup;
+  const float *samples = ws.samples + (int64_t)blockIdx.x * ws.sample_ld;
+  const int valid = len / kSampleSpan * kSampleGroup + min(kSampleGroup, len % kSampleSpan);
+  float threshold = INFINITY;  // L <= K: every key is taken, no candidate is needed
+  if (len > p.topk && valid < rank) threshold = -INFINITY;
+  if (len > p.topk && valid >= rank) {
+    for (int i = threadIdx.x; i < n; i += kThreads) {  // samples past L rank below every score
+      const bool live = (i / kSampleGroup) * kSampleSpan + i % kSampleGroup < len;
+      s.keys[i] = live ? order_key(samples[i]) : 0u;
+    }
+    __syncthreads();
+    threshold = key_value(kth_largest_key<kThreads>(s.keys, n, rank, s.radix));
+  }
+  if (threadIdx.x == 0) {
+    ws.threshold[blockIdx.x] = threshold;
+    ws.count[blockIdx.x] = 0;
+  }
+  uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
+  for (int w = threadIdx.x; w < ws.tie_words; w += kThreads) ties[w] = 0;
+}
+
+// ---- select
+
+struct SelectSmem {
+  RadixScratch radix;
+  uint32_t bitmap[kMaxWords];
+  uint32_t cand_key[kCandidates];
+  int32_t cand_pos[kCandidates];
+  __half q[kHeads][kDim];  // the row's queries and weights, for a rescue
+  float w[kHeads];
+  uint32_t cand_count;
+};
+
+__device__ __forceinline__ void mark_position(int pos, SelectSmem &s) {
+  atomicOr(&s.bitmap[pos >> 5], 1u << (pos & 31));
+}
+
+// A warp covers 32 aligned positions, i.e. one bitmap word.
+__device__ __forceinline__ void mark_word(bool selected, int i, SelectSmem &s) {
+  const unsigned bits = __ballot_sync(kFullMask, selected);
+  if ((threadIdx.x & 31) == 0 && bits) s.bitmap[i >> 5] |= bits;
+}
+
+// Candidates matching r whose next digit lies above the chosen bin are selected.
+__device__ void mark_candidates_above(int n, const Radix r, int width, SelectSmem &s) {
+  const uint32_t bin = s.radix.bin;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const uint32_t k = s.cand_key[i];
+    if (matches(k, r) && digit(k, r.consumed, width) > bin) mark_position(s.cand_pos[i], s);
+  }
+  __syncthreads();
+}
+
+// Candidates equal to the full key, in no order: the `need` lowest positions win (ties go low).
+// Positions are unique, so rewriting each tie's key as its inverted position and selecting the
+// `need` largest of those resolves the ties exactly; other candidates drop to key 0.
+__device__ void take_candidate_ties(int n, const Radix full, SelectSmem &s) {
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    s.cand_key[i] = s.cand_key[i] == full.prefix ? ~(uint32_t)s.cand_pos[i] : 0u;
+  }
+  __syncthreads();
+  const uint32_t last = kth_largest_key<kThreads>(s.cand_key, n, full.need, s.radix);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    if (s.cand_key[i] >= last && s.cand_key[i] != 0u) mark_position(s.cand_pos[i], s);
+  }
+}
+
+// Top r.need of the n candidates matching r, from level `level` on.
+__device__ void select_candidates(int n, Radix r, int level, SelectSmem &s) {
+  for (;; ++level) {
+    const int width = radix_bits(level);
+    key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
+    find_bin(width, r.need, s.radix);
+    const Radix next = narrowed(r, width, s.radix);
+    mark_candidates_above(n, r, width, s);
+    if (next.consumed == 32) return take_candidate_ties(n, next, s);
+    r = next;
+  }
+}
+
+// ---- rescue: the row's scores recomputed on CUDA cores, one key per thread
+
+struct RecomputedRow {
+  const uint16_t *k_index;
+  const int32_t *pages;  // the request's block table row
+  int64_t page_stride;
+  int64_t token_stride;
+  int num_pages;
+  int len;
+  const SelectSmem *s;
+
+  __device__ float score(int j) const {
+    const int page = pages[j / kPage];
+    if (page < 0 || page >= num_pages) return 0.f;  // as the scorer: zero keys
+    const uint4 *k =
+        reinterpret_cast<const uint4 *>(k_index + page * page_stride + (j % kPage) * token_stride);
+    float dot[kHeads] = {0.f, 0.f, 0.f, 0.f};
+    for (int c = 0; c < kDim / 8; ++c) {
+      const uint4 raw = k[c];
+      const __half2 *kh = reinterpret_cast<const __half2 *>(&raw);
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const __half2 *qh = reinterpret_cast<const __half2 *>(&s->q[h][c * 8]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 a = __half22float2(qh[e]), b = __half22float2(kh[e]);
+          dot[h] += a.x * b.x + a.y * b.y;
+        }
+      }
+    }
+    float v = 0.f;
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) v += s->w[h] * fmaxf(dot[h], 0.f);
+    return v;
+  }
+};
+
+// Appends the lanes' keys with `take` to the candidates: one shared atomic per warp.
+__device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int pos, SelectSmem &s) {
+  const unsigned takers = __ballot_sync(kFullMask, take);
+  if (takers == 0) return;
+  const int lane = threadIdx.x & 31, leader = __ffs(takers) - 1;
+  uint32_t base = 0;
+  if (lane == leader) base = atomicAdd(&s.cand_count, __popc(takers));
+  base = __shfl_sync(kFullMask, base, leader);
+  if (take) {
+    const uint32_t slot = base + __popc(takers & ((1u << lane) - 1));
+    s.cand_key[slot] = key;
+    s.cand_pos[slot] = pos;
+  }
+}
+
+// One pass over the row after level `width` chose a bin: marks the keys above it, and either
+// histograms the next level over the keys in it or collects them as candidates.
+__device__ void rescue_pass(const RecomputedRow row, const Radix r, int width, bool collect,
+                            int next_width, SelectSmem &s) {
+  const uint32_t bin = s.radix.bin;
+  const Radix next = narrowed(r, width, s.radix);
+  __syncthreads();  // s.radix.bin is read before the histogram is cleared
+  if (!collect && next.consumed < 32) clear_histogram<kThreads>(next_width, s.radix);
+  for (int base = 0; base < row.len; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const uint32_t k = i < row.len ? order_key(row.score(i)) : 0u;
+    const bool live = i < row.len && matches(k, r);
+    const uint32_t d = live ? digit(k, r.consumed, width) : 0u;
+    mark_word(live && d > bin, i, s);
+    const bool in_bin = live && d == bin;
+    if (collect) {
+      collect_candidate(in_bin, k, i, s);
+    } else if (next.consumed < 32) {
+      warp_histogram_add(in_bin, digit(k, next.consumed, next_width), s.radix.hist);
+    }
+  }
+  __syncthreads();
+}
+
+// The first `need` positions whose key equals the full prefix (ties go low).
+__device__ void take_row_ties(const RecomputedRow row, const Radix full, SelectSmem &s) {
+  int taken = 0;
+  for (int base = 0; base < row.len && taken < full.need; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const bool tie = i < row.len && order_key(row.score(i)) == full.prefix;
+    int total;
+    const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
+    mark_word(tie && rank < full.need, i, s);
+    taken += total;
+  }
+}
+
+__device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
+  Radix r{0u, 0, topk};
+  if (threadIdx.x == 0) s.cand_count = 0;
+  clear_histogram<kThreads>(radix_bits(0), s.radix);
+  for (int base = 0; base < row.len; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const uint32_t k = i < row.len ? order_key(row.score(i)) : 0u;
+    warp_histogram_add(i < row.len, digit(k, 0, radix_bits(0)), s.radix.hist);
+  }
+  __syncthreads();
+  for (int level = 0;; ++level) {
+    const int width = radix_bits(level);
+    find_bin(width, r.need, s.radix);
+    const Radix next = narrowed(r, width, s.radix);
+    const uint32_t in_bin = s.radix.hist[s.radix.bin];
+    const bool last = next.consumed == 32;
+    const bool collect = !last && in_bin <= (uint32_t)kCandidates;
+    rescue_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
+    if (last) return take_row_ties(row, next, s);
+    if (collect) return select_candidates((int)in_bin, next, level + 1, s);
+    r = next;
+  }
+}
+
+// ---- emission
+
+__device__ void emit_topk_idx(const Params &p, int t, int words, SelectSmem &s) {
+  int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
+  int base = 0;
+  for (int w0 = 0; w0 < words; w0 += kThreads) {
+    const int w = w0 + threadIdx.x;
+    uint32_t bits = w < words ? s.bitmap[w] : 0u;
+    int total;
+    int slot = base + block_exclusive_scan<kThreads>(__popc(bits), s.radix.scan, &total);
+    for (; bits; bits &= bits - 1) out[slot++] = w * 32 + __ffs(bits) - 1;
+    base += total;
+  }
+  for (int i = base + threadIdx.x; i < p.topk; i += kThreads) out[i] = -1;
+}
+
+__device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
+  int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
+  uint64_t *masks = p.sel_mask + (int64_t)t * p.sel_mask_stride;
+  int base = 0;
+  for (int g0 = 0; g0 < pages; g0 += kThreads) {
+    const int g = g0 + threadIdx.x;
+    const uint64_t mask =
+        g < pages ? (uint64_t)s.bitmap[2 * g] | ((uint64_t)s.bitmap[2 * g + 1] << 32) : 0u;
+    int total;
+    const int slot = base + block_exclusive_scan<kThreads>(mask != 0, s.radix.scan, &total);
+    if (mask != 0) {
+      blocks[slot] = g;
+      masks[slot] = mask;
+    }
+    base += total;
+  }
+  for (int i = base + threadIdx.x; i < p.sel_width; i += kThreads) {
+    blocks[i] = -1;
+    masks[i] = 0;
+  }
+  if (threadIdx.x == 0) p.sel_count[t] = base;
+}
+
+// The first `need` set bits of the row's tie bitmap, in position order, into the selection.
+__device__ void take_ties(const uint32_t *ties, int words, int need, SelectSmem &s) {
+  int base = 0;
+  for (int w0 = 0; w0 < words && base < need; w0 += kThreads) {
+    const int w = w0 + threadIdx.x;
+    uint32_t bits = w < words ? ties[w] : 0u;
+    int total;
+    const int before = base + block_exclusive_scan<kThreads>(__popc(bits), s.radix.scan, &total);
+    for (int taken = before; bits && taken < need; ++taken) {
+      s.bitmap[w] |= bits & (~bits + 1);  // the lowest remaining tie
+      bits &= bits - 1;
+    }
+    base += total;
+  }
+}
+
+// The top K from what the filter kept. False when it kept too little or too much: rescue the row.
+__device__ bool select_kept(const Params &p, const Workspace &ws, int len, SelectSmem &s) {
+  const int n = ws.count[blockIdx.x];
+  if (n > kCandidates) return false;
+  const int64_t row = (int64_t)blockIdx.x * kCandidates;
+  const uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
+  const int words = (len + 31) / 32;
+  int tied = 0;
+  if (n < p.topk) {  // every kept key is taken: are there enough ties to fill up to K?
+    int partial = 0;
+    for (int w = threadIdx.x; w < words; w += kThreads) partial += __popc(ties[w]);
+    block_exclusive_scan<kThreads>(partial, s.radix.scan, &tied);
+    if (n + tied < p.topk) return false;
+  }
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    s.cand_key[i] = order_key(ws.cand_score[row + i]);
+    s.cand_pos[i] = ws.cand_pos[row + i];
+  }
+  __syncthreads();
+  if (n >= p.topk) {
+    select_candidates(n, Radix{0u, 0, p.topk}, 0, s);
+  } else {
+    for (int i = threadIdx.x; i < n; i += kThreads) mark_position(s.cand_pos[i], s);
+    take_ties(ties, words, p.topk - n, s);
+  }
+  return true;
+}
+
+__device__ void load_row_queries(const Params &p, int t, SelectSmem &s) {
+  for (int i = threadIdx.x; i < kHeads * kDim; i += kThreads) {
+    const int h = i / kDim, d = i % kDim;
+    reinterpret_cast<uint16_t *>(s.q[h])[d] = p.q[t * p.q_row_stride + h * p.q_head_stride + d];
+  }
+  if (threadIdx.x < kHeads) s.w[threadIdx.x] = p.weights[t * p.weights_row_stride + threadIdx.x];
+  __syncthreads();
+}
+
+// One block per SM: its shared memory allows no second one, so registers need not be rationed.
+__global__ void __launch_bounds__(kThreads, 1)
+    qsa_index_select(const Params p, int c0, const Workspace ws) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  SelectSmem &s = *reinterpret_cast<SelectSmem *>(smem);
+  const int t = c0 + blockIdx.x, r = row_request(p, t);
+  const int len = r < 0 ? 0 : row_length(p, r, t);
+  const int pages = (len + kPage - 1) / kPage;
+  const int words = 2 * pages;  // whole pages, so every mask word is initialised
+  for (int w = threadIdx.x; w < words; w += kThreads) {  // L <= K: every key is selected
+    const int first = w * 32;
+    const uint32_t all = first + 32 <= len ? ~0u : first < len ? (1u << (len - first)) - 1 : 0u;
+    s.bitmap[w] = len > p.topk ? 0u : all;
+  }
+  __syncthreads();
+  if (len > p.topk && !select_kept(p, ws, len, s)) {
+    load_row_queries(p, t, s);
+    const RecomputedRow row{p.k_index,
+                            p.block_table + r * p.block_table_stride,
+                            p.k_page_stride,
+                            p.k_token_stride,
+                            p.num_pages,
+                            len,
+                            &s};
+    rescue(row, p.topk, s);
+  }
+  __syncthreads();
+  if (p.topk_idx != nullptr) emit_topk_idx(p, t, words, s);
+  if (p.sel_blocks != nullptr) emit_pages(p, t, pages, s);
+}
+
+}  // namespace
+
+void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+  qsa_index_threshold<<<c1 - c0, kThreads, 0, stream>>>(p, c0, w, sample_rank(p.topk));
+}
+
+void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+  // Above the 48 KB default: opting in is a function attribute, not a stream operation, so it
+  // is also safe while a graph is being captured.
+  cudaFuncSetAttribute(qsa_index_select, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       sizeof(SelectSmem));
+  qsa_index_select<<<c1 - c0, kThreads, sizeof(SelectSmem), stream>>>(p, c0, w);
+}
+
+}  // namespace sm70ops::qsa_index
