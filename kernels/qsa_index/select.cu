@@ -89,6 +89,15 @@ __device__ void mark_candidates_above(int n, const Radix r, int width, SelectSme
 // Positions are unique, so rewriting each tie's key as its inverted position and selecting the
 // `need` largest of those resolves the ties exactly; other candidates drop to key 0.
 __device__ void take_candidate_ties(int n, const Radix full, SelectSmem &s) {
+  int partial = 0, ties = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) partial += s.cand_key[i] == full.prefix;
+  block_exclusive_scan<kThreads>(partial, s.radix.scan, &ties);
+  if (ties == full.need) {  // the usual case: the K-th key is unique and every tie is taken
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      if (s.cand_key[i] == full.prefix) mark_position(s.cand_pos[i], s);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < n; i += kThreads) {
     s.cand_key[i] = s.cand_key[i] == full.prefix ? ~(uint32_t)s.cand_pos[i] : 0u;
   }
