@@ -1,4 +1,6 @@
 /* Op 2, QSA selected attention: argument checks, supported shapes, dispatch. */
+#include "kernels/qsa_attn/qsa_attn.h"
+
 #include <math.h>
 
 #include "plugin/op.h"
@@ -7,14 +9,28 @@
 typedef struct qsa_attn_shape {
   int32_t head_dim;
   int32_t page_size;
-  int32_t max_group; /* Hq / Hkv: query heads sharing one KV head, packed into one MMA tile */
+  int32_t max_group;   /* Hq / Hkv: query heads sharing one KV head, packed into one MMA tile */
+  int32_t max_seq_len; /* longest context: the union of a tile's pages is a bitmap on chip */
   sm70ops_route route;
   sm70_launch_fn launch; /* NULL: the kernel is not in this build */
 } qsa_attn_shape;
 
+static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
+                                      void *workspace);
+
 static const qsa_attn_shape kShapes[] = {
-    {.head_dim = 256, .page_size = 64, .max_group = 16, .route = SM70OPS_ROUTE_QSA_ATTN_WMMA},
-    {.head_dim = 128, .page_size = 64, .max_group = 16, .route = SM70OPS_ROUTE_QSA_ATTN_WMMA},
+    {.head_dim = 256,
+     .page_size = SM70_QSA_ATTN_PAGE,
+     .max_group = SM70_QSA_ATTN_MAX_GROUP,
+     .max_seq_len = SM70_QSA_ATTN_MAX_SEQ_LEN,
+     .route = SM70OPS_ROUTE_QSA_ATTN_WMMA,
+     .launch = launch_qsa_attn},
+    {.head_dim = 128,
+     .page_size = SM70_QSA_ATTN_PAGE,
+     .max_group = SM70_QSA_ATTN_MAX_GROUP,
+     .max_seq_len = SM70_QSA_ATTN_MAX_SEQ_LEN,
+     .route = SM70OPS_ROUTE_QSA_ATTN_WMMA,
+     .launch = launch_qsa_attn},
 };
 
 static int32_t check_selection(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
@@ -85,7 +101,13 @@ static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_pl
   int64_t group = a->q->shape[1] / a->k_cache->shape[2];
   for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
     const qsa_attn_shape *s = &kShapes[i];
-    if (dim == s->head_dim && page_size == s->page_size && group <= s->max_group) return s;
+    if (dim != s->head_dim || page_size != s->page_size || group > s->max_group) continue;
+    if (a->max_seq_len > s->max_seq_len) {
+      sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+                   "max_seq_len %d beyond the fast path's %d", a->max_seq_len, s->max_seq_len);
+      return NULL;
+    }
+    return s;
   }
   sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
                "head dim %lld, %lld-token pages, %lld query heads per KV head: the fast path runs "
@@ -100,12 +122,6 @@ static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t 
   if (!check_inputs(ctx, a, need_data, plan)) return;
   const qsa_attn_shape *shape = match_shape(a, plan);
   if (shape == NULL) return;
-  if (shape->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
-                 "qsa_attn: the SM70 kernel is not in this "
-                 "build");
-    return;
-  }
   plan->route = shape->route;
   plan->launch = shape->launch;
   plan->shape = shape;
@@ -120,3 +136,51 @@ const sm70_op sm70_op_qsa_attn = {
     .disabled_by = "SM70OPS_DISABLE_QSA_ATTN",
     .plan = plan_qsa_attn,
 };
+
+static void *data_of(const DLTensor *t) { return t == NULL ? NULL : sm70_tensor_base(t); }
+
+static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
+                                      void *workspace) {
+  (void)plan;
+  (void)workspace;
+  const sm70ops_qsa_attn_args *a = args;
+  const DLTensor *k = a->k_cache, *v = a->v_cache;
+  sm70_qsa_attn_params p = {
+      .q = data_of(a->q),
+      .q_row_stride = a->q->strides[0],
+      .q_head_stride = a->q->strides[1],
+      .k_cache = data_of(k),
+      .v_cache = data_of(v),
+      .k_page_stride = k->strides[0],
+      .k_token_stride = k->strides[1],
+      .k_head_stride = k->strides[2],
+      .v_page_stride = v->strides[0],
+      .v_token_stride = v->strides[1],
+      .v_head_stride = v->strides[2],
+      .query_start_loc = data_of(a->query_start_loc),
+      .seq_lens = data_of(a->seq_lens),
+      .block_table = data_of(a->block_table),
+      .block_table_stride = a->block_table->strides[0],
+      .sel_blocks = data_of(a->sel_blocks),
+      .sel_blocks_stride = a->sel_blocks->strides[0],
+      .sel_mask = data_of(a->sel_mask),
+      .sel_mask_stride = a->sel_mask->strides[0],
+      .sel_count = data_of(a->sel_count),
+      .out = data_of(a->out),
+      .out_row_stride = a->out->strides[0],
+      .out_head_stride = a->out->strides[1],
+      .lse = data_of(a->lse),
+      .lse_row_stride = a->lse == NULL ? 0 : a->lse->strides[0],
+      .sm_scale = a->sm_scale,
+      .rows = (int32_t)a->q->shape[0],
+      .requests = (int32_t)a->seq_lens->shape[0],
+      .q_heads = (int32_t)a->q->shape[1],
+      .kv_heads = (int32_t)k->shape[2],
+      .head_dim = (int32_t)a->q->shape[2],
+      .num_pages = (int32_t)k->shape[0],
+      .max_pages = (int32_t)a->block_table->shape[1],
+      .max_seq_len = a->max_seq_len,
+      .sel_width = (int32_t)a->sel_blocks->shape[1],
+  };
+  return sm70_launch_result("qsa_attn", sm70_qsa_attn_launch(&p, stream));
+}

@@ -1,0 +1,438 @@
+// QSA selected attention on SM70 (op 2): o[t,h] = softmax(sm_scale * q[t,h] . k[sel]) v[sel].
+//
+// One block = a tile of R adjacent rows of one request x one KV head. Its M = R x G MMA rows are
+// the G query heads sharing the KV head for each row (R = 16 / G), so one 16-row WMMA tile
+// serves them all. Adjacent rows select mostly the same pages (the seed measured 82% overlap),
+// so the block walks the union of the rows' pages once:
+//   prologue  a bitmap of each row's selected pages (causally live only) and their union;
+//   window    32 union pages at a time: each row's mask for each page, found by the page's rank
+//             in the row's sorted list (popcounts of the row bitmap: no search);
+//   chunk     32 selected tokens of the window at a time (a token selected by any row): K and V
+//             rows gathered into shared memory, S = Q K^T (8 warps, split over D), per-row masks,
+//             fp32 online softmax, O += P V (each warp owns D/8 columns of O in registers);
+//   epilogue  O / l to fp16, lse = m + log l (natural log); an empty set gives 0 and -inf.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <cstdint>
+
+#include "kernels/common/block_scan.cuh"
+#include "kernels/qsa_attn/qsa_attn.h"
+
+namespace sm70ops::qsa_attn {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using Params = sm70_qsa_attn_params;
+
+constexpr int kFrag = 16;  // WMMA m16n16k16
+constexpr int kM = 16;     // MMA rows: tile rows x query heads of the KV head
+constexpr int kWarps = 8;  // split S over D, O over columns
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 32;  // tokens per step: two key fragments
+constexpr int kPage = SM70_QSA_ATTN_PAGE;
+constexpr int kWindow = 32;   // union pages resolved per step: one per lane
+constexpr int kMaxRows = kM;  // G = 1: 16 rows per tile
+constexpr int kPageWords = SM70_QSA_ATTN_MAX_SEQ_LEN / kPage / 32;
+constexpr int kPad = 8;  // halves: staggers rows over the banks
+constexpr int kPLd = kChunk + kPad;
+static_assert(kChunk == 2 * kFrag && kWarps % 2 == 0, "S: two key fragments, warps split D");
+
+template <int D>
+struct __align__(32) Smem {
+  __half q[kM][D + kPad];
+  __half k[kChunk][D + kPad];  // also the fp32 O staging of the epilogue
+  __half v[kChunk][D + kPad];
+  float s_part[kWarps][kFrag][kFrag];  // S partial sums, one per warp's slice of D
+  __half p[kM][kPLd];
+  float row_ids[kFrag][kFrag];  // element (r, c) = r: accumulator element -> MMA row
+  uint32_t row_pages[kMaxRows][kPageWords];
+  int32_t row_prefix[kMaxRows][kPageWords];  // row's pages before each word: list ranks
+  uint32_t union_pages[kPageWords];
+  int32_t union_prefix[kPageWords + 1];
+  uint64_t win_mask[kWindow][kMaxRows];
+  uint64_t win_or[kWindow];
+  int32_t win_page[kWindow];
+  int32_t win_prefix[kWindow + 1];  // tokens of the window's pages before each page
+  int64_t tok_k[kChunk];            // element offset of the token's K row; -1: zero key
+  int64_t tok_v[kChunk];
+  uint32_t tok_rows[kChunk];  // bit r: tile row r attends to the token
+  float m[kM];
+  float l[kM];
+  float alpha[kM];
+  int32_t row_t[kMaxRows];
+  int32_t row_len[kMaxRows];
+  int32_t scan[kWarps + 1];
+};
+
+struct Tile {
+  int request;
+  int row0;
+  int rows;
+};
+
+// Tile slots of request r start at first_slot(r): a request of n rows owns at least
+// ceil(n / R) of them, so no tile spans two requests and the grid size is static.
+__device__ int first_slot(const Params &p, int tile_rows, int r) {
+  return p.query_start_loc[r] / tile_rows + r;
+}
+
+__device__ bool find_tile(const Params &p, int tile_rows, int slot, Tile *tile) {
+  int lo = 0, hi = p.requests - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first_slot(p, tile_rows, mid) <= slot)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int begin = p.query_start_loc[lo], end = p.query_start_loc[lo + 1];
+  const int row0 = begin + (slot - first_slot(p, tile_rows, lo)) * tile_rows;
+  if (row0 >= end || row0 < 0 || row0 >= p.rows) return false;
+  *tile = {lo, row0, min(tile_rows, min(end, p.rows) - row0)};
+  return true;
+}
+
+// Keys row t sees: pos + 1, bounded by max_seq_len.
+__device__ int row_length(const Params &p, int r, int t) {
+  const int begin = p.query_start_loc[r];
+  const int64_t pos =
+      (int64_t)p.seq_lens[r] - (p.query_start_loc[r + 1] - begin) + (int64_t)(t - begin);
+  return (int)min(max(pos + 1, (int64_t)0), (int64_t)p.max_seq_len);
+}
+
+// Prologue: rows, Q (zeros for MMA rows out of use), softmax state.
+template <int D>
+__device__ void load_rows(const Params &p, const Tile &tile, int group, Smem<D> &s) {
+  const int kvh = blockIdx.y;
+  if (threadIdx.x < kMaxRows) {
+    const int r = threadIdx.x;
+    s.row_t[r] = tile.row0 + r;
+    s.row_len[r] = r < tile.rows ? row_length(p, tile.request, tile.row0 + r) : 0;
+  }
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < kM * kChunks; i += kThreads) {
+    const int m = i / kChunks, c = i % kChunks, r = m / group, g = m % group;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < tile.rows && r * group + g == m) {
+      const uint16_t *src = p.q + (int64_t)(tile.row0 + r) * p.q_row_stride +
+                            (int64_t)(kvh * group + g) * p.q_head_stride;
+      v = reinterpret_cast<const uint4 *>(src)[c];
+    }
+    *reinterpret_cast<uint4 *>(&s.q[m][c * 8]) = v;
+  }
+  for (int i = threadIdx.x; i < kFrag * kFrag; i += kThreads)
+    s.row_ids[i / kFrag][i % kFrag] = i / kFrag;
+  if (threadIdx.x < kM) {
+    s.m[threadIdx.x] = -INFINITY;
+    s.l[threadIdx.x] = 0.f;
+  }
+}
+
+// Prologue: each row's live selected pages as a bitmap (pages of the first sel_count entries,
+// below the causal bound and the block table), their ranks, and the union.
+template <int D>
+__device__ void load_selection(const Params &p, const Tile &tile, Smem<D> &s) {
+  for (int i = threadIdx.x; i < kMaxRows * kPageWords; i += kThreads) (&s.row_pages[0][0])[i] = 0;
+  __syncthreads();
+  for (int r = 0; r < tile.rows; ++r) {
+    const int t = s.row_t[r];
+    const int live_pages = min((s.row_len[r] + kPage - 1) / kPage, p.max_pages);
+    const int count = min(max(p.sel_count[t], 0), p.sel_width);
+    const int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
+    for (int e = threadIdx.x; e < count; e += kThreads) {
+      const int page = blocks[e];
+      if (page >= 0 && page < live_pages) atomicOr(&s.row_pages[r][page / 32], 1u << (page % 32));
+    }
+  }
+  __syncthreads();
+  // Ranks: a warp scans one row's words (64 words = two per lane).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  static_assert(kPageWords == 64, "two words per lane");
+  for (int r = warp; r < kMaxRows; r += kWarps) {
+    const int a = __popc(s.row_pages[r][2 * lane]), b = __popc(s.row_pages[r][2 * lane + 1]);
+    const int before = warp_inclusive_scan(a + b) - (a + b);
+    s.row_prefix[r][2 * lane] = before;
+    s.row_prefix[r][2 * lane + 1] = before + a;
+  }
+  if (warp == 0) {
+    uint32_t u0 = 0, u1 = 0;
+    for (int r = 0; r < tile.rows; ++r)
+      u0 |= s.row_pages[r][2 * lane], u1 |= s.row_pages[r][2 * lane + 1];
+    s.union_pages[2 * lane] = u0;
+    s.union_pages[2 * lane + 1] = u1;
+    const int a = __popc(u0), b = __popc(u1);
+    const int inclusive = warp_inclusive_scan(a + b);
+    s.union_prefix[2 * lane] = inclusive - a - b;
+    s.union_prefix[2 * lane + 1] = inclusive - b;
+    if (lane == 31) s.union_prefix[kPageWords] = inclusive;
+  }
+  __syncthreads();
+}
+
+// The n-th set bit (0-based) of `bits`.
+__device__ __forceinline__ int nth_bit(uint64_t bits, int n) {
+  for (; n > 0; --n) bits &= bits - 1;
+  return __ffsll((long long)bits) - 1;
+}
+
+// The page of union rank `rank`: the word holding it, then the bit within the word.
+template <int D>
+__device__ int union_page(int rank, const Smem<D> &s) {
+  int lo = 0, hi = kPageWords - 1;  // the last word whose prefix is <= rank
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (s.union_prefix[mid] <= rank)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo * 32 + nth_bit(s.union_pages[lo], rank - s.union_prefix[lo]);
+}
+
+// Tokens of `page` the row attends to: its mask, cut at the causal bound.
+__device__ __forceinline__ uint64_t causal_mask(uint64_t mask, int page, int len) {
+  const int live = len - page * kPage;
+  return live >= kPage ? mask : live <= 0 ? 0 : mask & ((1ull << live) - 1);
+}
+
+// Window step: union pages [first, first + 32): each row's mask and the window's token counts.
+template <int D>
+__device__ void resolve_window(const Params &p, const Tile &tile, int first, int total,
+                               Smem<D> &s) {
+  const int j = threadIdx.x % kWindow;
+  const bool live = first + j < total;
+  const int page = live ? union_page(first + j, s) : 0;
+  for (int r = threadIdx.x / kWindow; r < kMaxRows; r += kThreads / kWindow) {
+    uint64_t mask = 0;
+    const uint32_t word = live && r < tile.rows ? s.row_pages[r][page / 32] : 0u;
+    if (word >> (page % 32) & 1u) {
+      const int rank = s.row_prefix[r][page / 32] + __popc(word & ((1u << (page % 32)) - 1));
+      const uint64_t *masks = p.sel_mask + (int64_t)s.row_t[r] * p.sel_mask_stride;
+      mask = causal_mask(masks[rank], page, s.row_len[r]);
+    }
+    s.win_mask[j][r] = mask;
+  }
+  __syncthreads();
+  if (threadIdx.x < kWindow) {
+    uint64_t any = 0;
+    for (int r = 0; r < tile.rows; ++r) any |= s.win_mask[j][r];
+    s.win_page[j] = page;
+    s.win_or[j] = any;
+    const int n = __popc((uint32_t)any) + __popc((uint32_t)(any >> 32));
+    const int inclusive = warp_inclusive_scan(n);
+    s.win_prefix[j] = inclusive - n;
+    if (j == kWindow - 1) s.win_prefix[kWindow] = inclusive;
+  }
+  __syncthreads();
+}
+
+// Chunk step: the window's tokens [first, first + 32), their K/V rows and which rows want them.
+template <int D>
+__device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem<D> &s) {
+  if (threadIdx.x >= kChunk) return;
+  const int idx = first + threadIdx.x;
+  int64_t k_off = -1, v_off = -1;
+  uint32_t rows = 0;
+  if (idx < s.win_prefix[kWindow]) {
+    int i = 0;  // the window page holding token idx
+    while (s.win_prefix[i + 1] <= idx) ++i;
+    const int bit = nth_bit(s.win_or[i], idx - s.win_prefix[i]);
+    for (int r = 0; r < tile.rows; ++r) rows |= (uint32_t)(s.win_mask[i][r] >> bit & 1u) << r;
+    const int logical = s.win_page[i];
+    const int page = p.block_table[tile.request * p.block_table_stride + logical];
+    if (page >= 0 && page < p.num_pages) {  // an out-of-range page reads as zeros
+      const int kvh = blockIdx.y;
+      k_off = page * p.k_page_stride + bit * p.k_token_stride + kvh * p.k_head_stride;
+      v_off = page * p.v_page_stride + bit * p.v_token_stride + kvh * p.v_head_stride;
+    }
+  }
+  s.tok_k[threadIdx.x] = k_off;
+  s.tok_v[threadIdx.x] = v_off;
+  s.tok_rows[threadIdx.x] = rows;
+}
+
+template <int D>
+__device__ void load_kv(const Params &p, Smem<D> &s) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < 2 * kChunk * kChunks; i += kThreads) {
+    const int is_v = i / (kChunk * kChunks), tok = (i / kChunks) % kChunk, c = i % kChunks;
+    const int64_t off = is_v ? s.tok_v[tok] : s.tok_k[tok];
+    const uint16_t *base = is_v ? p.v_cache : p.k_cache;
+    const uint4 v =
+        off < 0 ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4 *>(base + off)[c];
+    *reinterpret_cast<uint4 *>(is_v ? &s.v[tok][c * 8] : &s.k[tok][c * 8]) = v;
+  }
+}
+
+using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+
+// S partials: warp w takes key fragment w % 2 and a quarter of D.
+template <int D>
+__device__ void scores(Smem<D> &s) {
+  const int warp = threadIdx.x / 32, frag = warp % 2;
+  constexpr int kSteps = D / kFrag / (kWarps / 2);
+  const int k0 = (warp / 2) * kSteps * kFrag;
+  Acc acc;
+  wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+  for (int step = 0; step < kSteps; ++step) {
+    const int k = k0 + step * kFrag;
+    wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b;
+    wmma::load_matrix_sync(a, &s.q[0][k], D + kPad);
+    wmma::load_matrix_sync(b, &s.k[frag * kFrag][k], D + kPad);
+    wmma::mma_sync(acc, a, b, acc);
+  }
+  wmma::store_matrix_sync(&s.s_part[warp][0][0], acc, kFrag, wmma::mem_row_major);
+}
+
+// Online softmax over the chunk: thread = (MMA row m, two tokens). P (fp16) and the rescale
+// factor of each row go to shared memory; the running max and sum advance.
+template <int D>
+__device__ void softmax(float sm_scale, int group, int used_rows, Smem<D> &s) {
+  const int m = threadIdx.x / 16, j0 = (threadIdx.x % 16) * 2;
+  const bool row_live = m < used_rows * group;
+  float v[2];
+  float top = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int j = j0 + e, frag = j / kFrag;
+    float dot = 0.f;
+#pragma unroll
+    for (int w = frag; w < kWarps; w += 2) dot += s.s_part[w][m][j % kFrag];
+    const bool wanted = row_live && (s.tok_rows[j] >> (m / group) & 1u);
+    v[e] = wanted ? dot * sm_scale : -INFINITY;
+    top = fmaxf(top, v[e]);
+  }
+  for (int offset = 8; offset > 0; offset /= 2)
+    top = fmaxf(top, __shfl_xor_sync(kFullMask, top, offset));
+  const float m_old = s.m[m], m_new = fmaxf(m_old, top);
+  const bool none = m_new == -INFINITY;  // nothing attended yet: avoid -inf - -inf
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const float pe = none ? 0.f : __expf(v[e] - m_new);
+    sum += pe;
+    s.p[m][j0 + e] = __float2half(pe);
+  }
+  for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  if (threadIdx.x % 16 == 0) {
+    const float alpha = none ? 1.f : __expf(m_old - m_new);
+    s.alpha[m] = alpha;
+    s.l[m] = s.l[m] * alpha + sum;
+    s.m[m] = m_new;
+  }
+}
+
+// O (this warp's D/8 columns) = O * alpha[row] + P V.
+template <int D, int kOFrags>
+__device__ void accumulate(Smem<D> &s, const Acc &row_map, Acc (&o)[kOFrags]) {
+  const int col0 = (threadIdx.x / 32) * kOFrags * kFrag;
+#pragma unroll
+  for (int f = 0; f < kOFrags; ++f)
+#pragma unroll
+    for (int i = 0; i < o[f].num_elements; ++i) o[f].x[i] *= s.alpha[(int)row_map.x[i]];
+#pragma unroll
+  for (int k = 0; k < kChunk; k += kFrag) {
+    wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
+    wmma::load_matrix_sync(a, &s.p[0][k], kPLd);
+#pragma unroll
+    for (int f = 0; f < kOFrags; ++f) {
+      wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::row_major> b;
+      wmma::load_matrix_sync(b, &s.v[k][col0 + f * kFrag], D + kPad);
+      wmma::mma_sync(o[f], a, b, o[f]);
+    }
+  }
+}
+
+// Epilogue: O / l through shared memory (the K buffer) to fp16 rows, and lse.
+template <int D, int kOFrags>
+__device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D> &s,
+                          const Acc (&o)[kOFrags]) {
+  constexpr int kLd = D + 4;
+  static_assert(sizeof(float) * kM * kLd <= sizeof(Smem<D>::k) + sizeof(Smem<D>::v), "staging");
+  float *stage = reinterpret_cast<float *>(&s.k[0][0]);
+  const int col0 = (threadIdx.x / 32) * kOFrags * kFrag;
+#pragma unroll
+  for (int f = 0; f < kOFrags; ++f) {
+    wmma::store_matrix_sync(stage + col0 + f * kFrag, o[f], kLd, wmma::mem_row_major);
+  }
+  __syncthreads();
+  const int kvh = blockIdx.y;
+  for (int i = threadIdx.x; i < kM * (D / 2); i += kThreads) {
+    const int m = i / (D / 2), d = (i % (D / 2)) * 2, r = m / group, g = m % group;
+    if (r >= tile.rows || r * group + g != m) continue;
+    const float inv = s.l[m] > 0.f ? 1.f / s.l[m] : 0.f;
+    const __half2 v = __floats2half2_rn(stage[m * kLd + d] * inv, stage[m * kLd + d + 1] * inv);
+    uint16_t *dst = p.out + (int64_t)(tile.row0 + r) * p.out_row_stride +
+                    (int64_t)(kvh * group + g) * p.out_head_stride + d;
+    *reinterpret_cast<__half2 *>(dst) = v;
+  }
+  if (p.lse != nullptr && threadIdx.x < kM) {
+    const int m = threadIdx.x, r = m / group, g = m % group;
+    if (r < tile.rows && r * group + g == m) {
+      p.lse[(int64_t)(tile.row0 + r) * p.lse_row_stride + kvh * group + g] =
+          s.l[m] > 0.f ? s.m[m] + __logf(s.l[m]) : -INFINITY;
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) qsa_attn_wmma(const Params p, int group) {
+  extern __shared__ __align__(32) unsigned char smem[];
+  Smem<D> &s = *reinterpret_cast<Smem<D> *>(smem);
+  constexpr int kOFrags = D / kFrag / kWarps;
+  const int tile_rows = kM / group;
+  Tile tile;
+  if (!find_tile(p, tile_rows, blockIdx.x, &tile)) return;
+  // Prologue
+  load_rows(p, tile, group, s);
+  __syncthreads();
+  load_selection(p, tile, s);
+  Acc row_map, o[kOFrags];
+  wmma::load_matrix_sync(row_map, &s.row_ids[0][0], kFrag, wmma::mem_row_major);
+#pragma unroll
+  for (int f = 0; f < kOFrags; ++f) wmma::fill_fragment(o[f], 0.f);
+  // Main loop: windows of union pages, chunks of their tokens.
+  const int total = s.union_prefix[kPageWords];
+  for (int first_page = 0; first_page < total; first_page += kWindow) {
+    resolve_window(p, tile, first_page, total, s);
+    const int tokens = s.win_prefix[kWindow];
+    for (int first = 0; first < tokens; first += kChunk) {
+      resolve_chunk(p, tile, first, s);
+      __syncthreads();
+      load_kv(p, s);
+      __syncthreads();
+      scores(s);
+      __syncthreads();
+      softmax(p.sm_scale, group, tile.rows, s);
+      __syncthreads();
+      accumulate(s, row_map, o);
+      __syncthreads();
+    }
+  }
+  // Epilogue
+  write_out(p, tile, group, s, o);
+}
+
+template <int D>
+int32_t launch(const Params &p, cudaStream_t stream) {
+  const int group = p.q_heads / p.kv_heads, tile_rows = kM / group;
+  const dim3 grid(p.rows / tile_rows + p.requests, p.kv_heads);
+  // Above the 48 KB default: a function attribute, not a stream operation, so capture-safe.
+  cudaFuncSetAttribute(qsa_attn_wmma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       sizeof(Smem<D>));
+  qsa_attn_wmma<D><<<grid, kThreads, sizeof(Smem<D>), stream>>>(p, group);
+  return static_cast<int32_t>(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace sm70ops::qsa_attn
+
+extern "C" int32_t sm70_qsa_attn_launch(const sm70_qsa_attn_params *p, void *stream) {
+  using namespace sm70ops::qsa_attn;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return p->head_dim == 256 ? launch<256>(*p, s) : launch<128>(*p, s);
+}

@@ -1,0 +1,60 @@
+/* QSA selected attention on SM70: per tile of adjacent rows of one request and one KV head, the
+ * union of the rows' selected pages is walked once; the selected tokens are gathered in chunks
+ * of 32 and attended with WMMA (the GQA query heads of the KV head packed into the MMA's M) and
+ * an fp32 online softmax, each row masked to its own selection and causal bound. */
+#ifndef SM70OPS_KERNELS_QSA_ATTN_QSA_ATTN_H_
+#define SM70OPS_KERNELS_QSA_ATTN_QSA_ATTN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SM70_QSA_ATTN_PAGE 64
+#define SM70_QSA_ATTN_MAX_GROUP 16       /* query heads per KV head: one 16-row MMA tile */
+#define SM70_QSA_ATTN_MAX_SEQ_LEN 131072 /* the union of pages is a bitmap on chip */
+
+/* Device pointers (element 0 already offset); strides in elements. */
+typedef struct sm70_qsa_attn_params {
+  const uint16_t *q; /* [T, Hq, D] fp16 */
+  int64_t q_row_stride;
+  int64_t q_head_stride;
+  const uint16_t *k_cache; /* [num_pages, 64, Hkv, D] fp16 */
+  const uint16_t *v_cache;
+  int64_t k_page_stride, k_token_stride, k_head_stride;
+  int64_t v_page_stride, v_token_stride, v_head_stride;
+  const int32_t *query_start_loc; /* [R+1] */
+  const int32_t *seq_lens;        /* [R] */
+  const int32_t *block_table;     /* [R, max_pages] */
+  int64_t block_table_stride;
+  const int32_t *sel_blocks; /* [T, NB] */
+  int64_t sel_blocks_stride;
+  const uint64_t *sel_mask; /* [T, NB] */
+  int64_t sel_mask_stride;
+  const int32_t *sel_count; /* [T] */
+  uint16_t *out;            /* [T, Hq, D] fp16 */
+  int64_t out_row_stride;
+  int64_t out_head_stride;
+  float *lse; /* [T, Hq] or NULL */
+  int64_t lse_row_stride;
+  float sm_scale;
+  int32_t rows;     /* T */
+  int32_t requests; /* R */
+  int32_t q_heads;  /* Hq */
+  int32_t kv_heads; /* Hkv */
+  int32_t head_dim; /* 128 or 256 */
+  int32_t num_pages;
+  int32_t max_pages;
+  int32_t max_seq_len;
+  int32_t sel_width; /* NB */
+} sm70_qsa_attn_params;
+
+/* Enqueues the op on `stream` (a cudaStream_t); no workspace. Returns a cudaError_t. */
+int32_t sm70_qsa_attn_launch(const sm70_qsa_attn_params *p, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SM70OPS_KERNELS_QSA_ATTN_QSA_ATTN_H_ */

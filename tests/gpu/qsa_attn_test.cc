@@ -1,0 +1,323 @@
+// SM70_QsaAttn: the plugin's QSA selected attention against the CPU reference (tests/ref) on fresh
+// random inputs, out and lse poisoned before each run. Gates of ops.md: rel-L2 <= 2e-3 against
+// the fp64 reference, max-abs error <= 2x that of the same-precision (fp32 math, fp16 out)
+// reference, no NaN or Inf the reference does not have; an empty selection gives 0 and -inf;
+// selecting everything equals dense causal attention.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_env.h"
+#include "tests/ref/half.h"
+#include "tests/ref/qsa_attn_ref.h"
+
+namespace sm70ops_gpu {
+namespace {
+
+using sm70ops::ref::Selection;
+using sm70ops::ref::Varlen;
+
+constexpr int kPage = 64;
+
+enum class Pick {
+  kAll,        // every token 0..pos: must equal dense causal attention
+  kSparse,     // K tokens spread uniformly: about one per page
+  kClustered,  // runs of 16 consecutive tokens
+  kRealistic,  // clustered, each row keeping ~80% of its neighbour's tokens
+  kEmptyRows,  // realistic, with every third row selecting nothing
+};
+
+struct Case {
+  std::string name;
+  std::vector<std::pair<int, int>> requests;  // (query_len, seq_len)
+  int q_heads, kv_heads, head_dim;
+  int topk;
+  Pick pick;
+  int q_row_pad = 0;      // strided q
+  bool fused_kv = false;  // k and v as views of one [2, pages, 64, Hkv, D] buffer
+};
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
+
+struct Inputs {
+  Varlen meta;
+  int rows = 0, max_seq_len = 0, max_query_len = 0, num_pages = 0;
+  std::vector<uint16_t> q;
+  sm70ops::ref::KvCache kv;
+  Selection sel;
+  double overlap = 0;  // mean Jaccard of adjacent rows' page sets
+};
+
+int Pages(int tokens) { return (tokens + kPage - 1) / kPage; }
+
+void BuildMeta(const Case &c, std::mt19937 &rng, Inputs &in) {
+  in.meta.query_start_loc = {0};
+  for (auto [query_len, seq_len] : c.requests) {
+    in.meta.query_start_loc.push_back(in.meta.query_start_loc.back() + query_len);
+    in.meta.seq_lens.push_back(seq_len);
+    in.max_seq_len = std::max(in.max_seq_len, seq_len);
+    in.max_query_len = std::max(in.max_query_len, query_len);
+  }
+  in.rows = in.meta.query_start_loc.back();
+  in.meta.max_pages = Pages(in.max_seq_len);
+  int used = 0;
+  for (auto [q, seq_len] : c.requests) used += Pages(seq_len);
+  in.num_pages = used + 2;
+  std::vector<int32_t> physical(in.num_pages);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  in.meta.block_table.assign(c.requests.size() * in.meta.max_pages, -1);
+  for (size_t r = 0, next = 0; r < c.requests.size(); ++r) {
+    for (int p = 0; p < Pages(c.requests[r].second); ++p) {
+      in.meta.block_table[r * in.meta.max_pages + p] = physical[next++];
+    }
+  }
+}
+
+// Up to k positions in [0, len): runs of 16 from random starts.
+std::set<int32_t> Clustered(int len, int k, std::mt19937 &rng) {
+  std::set<int32_t> out;
+  std::uniform_int_distribution<int> start(0, std::max(0, len - 1));
+  while (int(out.size()) < std::min(k, len)) {
+    for (int j = start(rng), n = 0; n < 16 && j < len && int(out.size()) < k; ++j, ++n)
+      out.insert(j);
+  }
+  return out;
+}
+
+std::set<int32_t> Sparse(int len, int k, std::mt19937 &rng) {
+  std::set<int32_t> out;
+  std::uniform_int_distribution<int> any(0, std::max(0, len - 1));
+  while (int(out.size()) < std::min(k, len)) out.insert(any(rng));
+  return out;
+}
+
+// The neighbour's tokens still in range, a fifth of them replaced by fresh runs.
+std::set<int32_t> Drift(const std::set<int32_t> &previous, int len, int k, std::mt19937 &rng) {
+  std::set<int32_t> out;
+  std::bernoulli_distribution keep(0.8);
+  for (int32_t j : previous) {
+    if (j < len && keep(rng)) out.insert(j);
+  }
+  for (int32_t j : Clustered(len, k - int(out.size()), rng)) out.insert(j);
+  return out;
+}
+
+std::vector<sm70ops::ref::Expansion> PickTokens(const Case &c, const Inputs &in,
+                                                std::mt19937 &rng) {
+  const auto rows = sm70ops::ref::varlen_rows(in.meta);
+  std::vector<sm70ops::ref::Expansion> out;
+  std::set<int32_t> previous;
+  for (int t = 0; t < in.rows; ++t) {
+    const int len = rows[t].len;
+    const bool first = t == 0 || rows[t - 1].request != rows[t].request;
+    std::set<int32_t> chosen;
+    if (c.pick == Pick::kSparse) chosen = Sparse(len, c.topk, rng);
+    if (c.pick == Pick::kClustered) chosen = Clustered(len, c.topk, rng);
+    if (c.pick == Pick::kRealistic || c.pick == Pick::kEmptyRows) {
+      chosen = first ? Clustered(len, c.topk, rng) : Drift(previous, len, c.topk, rng);
+    }
+    previous = chosen;
+    if (c.pick == Pick::kEmptyRows && t % 3 == 1) chosen.clear();
+    out.push_back(sm70ops::ref::qsa_index_expand({chosen.begin(), chosen.end()}));
+  }
+  return out;
+}
+
+double MeanNeighbourJaccard(const std::vector<sm70ops::ref::Expansion> &rows) {
+  double sum = 0;
+  int pairs = 0;
+  for (size_t t = 1; t < rows.size(); ++t) {
+    std::vector<int32_t> both;
+    const auto &a = rows[t - 1].blocks, &b = rows[t].blocks;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+    const size_t either = a.size() + b.size() - both.size();
+    if (either > 0) sum += double(both.size()) / double(either), ++pairs;
+  }
+  return pairs ? sum / pairs : 0;
+}
+
+std::vector<uint16_t> RandomHalves(size_t n, std::mt19937 &rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> out(n);
+  for (auto &h : out) h = sm70ops::ref::float_to_half(normal(rng));
+  return out;
+}
+
+Inputs MakeInputs(const Case &c) {
+  std::mt19937 rng(uint32_t(std::hash<std::string>{}(c.name)));
+  Inputs in;
+  BuildMeta(c, rng, in);
+  in.q = RandomHalves(size_t(in.rows) * c.q_heads * c.head_dim, rng);
+  const size_t kv_elems = size_t(in.num_pages) * kPage * c.kv_heads * c.head_dim;
+  in.kv = {RandomHalves(kv_elems, rng), RandomHalves(kv_elems, rng), c.kv_heads, c.head_dim};
+  const int nb = std::min(Pages(in.max_seq_len), std::max(1, c.topk));
+  if (c.pick == Pick::kAll) {
+    in.sel = sm70ops::ref::select_all_tokens(in.meta, Pages(in.max_seq_len));
+  } else {
+    const auto rows = PickTokens(c, in, rng);
+    in.overlap = MeanNeighbourJaccard(rows);
+    in.sel = sm70ops::ref::pack_selection(rows, nb);
+  }
+  return in;
+}
+
+template <typename T>
+DeviceBuffer Uploaded(const std::vector<T> &host) {
+  DeviceBuffer buf(host.size() * sizeof(T));
+  buf.Upload(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+struct Outputs {
+  std::vector<uint16_t> o;
+  std::vector<float> lse;
+};
+
+Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in, float sm_scale) {
+  Outputs out;
+  const int64_t T = in.rows, Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim;
+  const int64_t R = int64_t(c.requests.size()), P = in.num_pages, nb = in.sel.nb;
+  const int64_t q_row = Hq * D + c.q_row_pad;
+  std::vector<uint16_t> q_host(T * q_row, 0x7e00);
+  for (int64_t t = 0; t < T; ++t) std::copy_n(&in.q[t * Hq * D], Hq * D, &q_host[t * q_row]);
+  std::vector<uint16_t> kv_host(in.kv.k);
+  kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
+  DeviceBuffer q = Uploaded(q_host), kv = Uploaded(kv_host);
+  DeviceBuffer k_only = Uploaded(in.kv.k), v_only = Uploaded(in.kv.v);
+  DeviceBuffer qsl = Uploaded(in.meta.query_start_loc), lens = Uploaded(in.meta.seq_lens);
+  DeviceBuffer table = Uploaded(in.meta.block_table);
+  DeviceBuffer blocks = Uploaded(in.sel.blocks), masks = Uploaded(in.sel.masks);
+  DeviceBuffer count = Uploaded(in.sel.count);
+  DeviceBuffer o(T * Hq * D * 2), lse(T * Hq * 4);
+  const std::vector<int64_t> kv_shape = {P, kPage, Hkv, D};
+  const int64_t kv_half = P * kPage * Hkv * D;
+  View vq(q.data(), kF16, {T, Hq, D}, {q_row, D, 1});
+  View vk(c.fused_kv ? kv.data() : k_only.data(), kF16, kv_shape, DenseStrides(kv_shape));
+  View vv(c.fused_kv ? kv.data() : v_only.data(), kF16, kv_shape, DenseStrides(kv_shape),
+          c.fused_kv ? uint64_t(kv_half) * 2 : 0);
+  View vqsl(qsl.data(), kI32, {R + 1}, {1}), vlens(lens.data(), kI32, {R}, {1});
+  View vtable(table.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1});
+  View vblocks(blocks.data(), kI32, {T, nb}, {nb, 1}), vmasks(masks.data(), kU64, {T, nb}, {nb, 1});
+  View vcount(count.data(), kI32, {T}, {1});
+  View vo(o.data(), kF16, {T, Hq, D}, DenseStrides({T, Hq, D}));
+  View vlse(lse.data(), kF32, {T, Hq}, {Hq, 1});
+  sm70ops_qsa_attn_args args = {};
+  args.struct_size = sizeof(args);
+  args.sm_scale = sm_scale;
+  args.max_seq_len = in.max_seq_len;
+  args.max_query_len = in.max_query_len;
+  args.q = vq.get(), args.k_cache = vk.get(), args.v_cache = vv.get();
+  args.query_start_loc = vqsl.get(), args.seq_lens = vlens.get(), args.block_table = vtable.get();
+  args.sel_blocks = vblocks.get(), args.sel_mask = vmasks.get(), args.sel_count = vcount.get();
+  args.out = vo.get(), args.lse = vlse.get();
+
+  sm70ops_decision d = {};
+  d.struct_size = sizeof(d);
+  EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args, &d), SM70OPS_OK);
+  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+  if (!d.accepted) return out;
+  DeviceBuffer workspace(d.workspace_bytes);
+  o.Poison(0x7f), lse.Poison(0x7f);
+  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args, nullptr,
+                                 workspace.data(), d.workspace_bytes),
+            SM70OPS_OK)
+      << plugin.api().last_error();
+  Synchronize();
+  out.o.resize(T * Hq * D), out.lse.resize(T * Hq);
+  o.Download(out.o.data(), out.o.size() * 2);
+  lse.Download(out.lse.data(), out.lse.size() * 4);
+  return out;
+}
+
+struct Errors {
+  double rel_l2 = 0, max_abs = 0;
+  int non_finite = 0;
+};
+
+Errors Compare(const std::vector<double> &got, const std::vector<double> &want) {
+  Errors e;
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) ++e.non_finite;
+    err2 += (got[i] - want[i]) * (got[i] - want[i]);
+    ref2 += want[i] * want[i];
+    e.max_abs = std::max(e.max_abs, std::abs(got[i] - want[i]));
+  }
+  e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return e;
+}
+
+void ExpectLse(const std::vector<float> &got, const std::vector<double> &want) {
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool empty = std::isinf(want[i]) && want[i] < 0;
+    bad += empty ? !(std::isinf(got[i]) && got[i] < 0) : !(std::abs(got[i] - want[i]) <= 1e-3);
+  }
+  EXPECT_EQ(bad, 0) << "lse entries off by more than 1e-3 (or not -inf for an empty set)";
+}
+
+class SM70_QsaAttn : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SM70_QsaAttn, MatchesReference) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Case &c = GetParam();
+  const Inputs in = MakeInputs(c);
+  const float sm_scale = 1.f / std::sqrt(float(c.head_dim));
+  const Outputs out = RunOp(plugin, c, in, sm_scale);
+  if (HasFailure()) return;
+  using sm70ops::ref::AttnPrecision;
+  const auto ref = sm70ops::ref::qsa_attn_ref(in.q, c.q_heads, in.kv, in.meta, in.sel, sm_scale);
+  const auto same = sm70ops::ref::qsa_attn_ref(in.q, c.q_heads, in.kv, in.meta, in.sel, sm_scale,
+                                               AttnPrecision::kFp32Fp16Out);
+  std::vector<double> got(out.o.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = sm70ops::ref::half_to_float(out.o[i]);
+  const Errors gpu = Compare(got, ref.o), fp16_ref = Compare(same.o, ref.o);
+  EXPECT_EQ(gpu.non_finite, 0);
+  EXPECT_LE(gpu.rel_l2, 2e-3);
+  EXPECT_LE(gpu.max_abs, 2 * fp16_ref.max_abs) << "same-precision reference: " << fp16_ref.max_abs;
+  ExpectLse(out.lse, ref.lse);
+  if (c.pick == Pick::kAll) {  // selecting everything is dense causal attention
+    const auto dense =
+        sm70ops::ref::dense_causal_attn_ref(in.q, c.q_heads, in.kv, in.meta, sm_scale);
+    EXPECT_LE(Compare(got, dense.o).rel_l2, 2e-3) << "against dense causal attention";
+  }
+  std::printf(
+      "  rel-L2 %.3g, max-abs %.3g (same-precision reference %.3g), neighbour overlap %.2f\n",
+      gpu.rel_l2, gpu.max_abs, fp16_ref.max_abs, in.overlap);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SM70_QsaAttn,
+    ::testing::Values(
+        Case{"tp4_realistic", {{48, 5000}}, 4, 1, 256, 2048, Pick::kRealistic},
+        Case{"tp4_all_equals_dense", {{21, 700}}, 4, 1, 256, 2048, Pick::kAll},
+        Case{"tp4_sparse", {{16, 9000}}, 4, 1, 256, 512, Pick::kSparse},
+        Case{"tp4_clustered_partial_page", {{13, 4133}}, 4, 1, 256, 1024, Pick::kClustered},
+        Case{"tp4_empty_rows", {{10, 3000}}, 4, 1, 256, 512, Pick::kEmptyRows},
+        Case{"batch3_strided_fused_kv",
+             {{9, 2100}, {1, 1}, {30, 900}},
+             4,
+             1,
+             256,
+             512,
+             Pick::kRealistic,
+             64,
+             true},
+        Case{"d128_g8_hkv2", {{20, 1500}}, 16, 2, 128, 512, Pick::kRealistic},
+        Case{"d128_g1", {{33, 800}}, 2, 2, 128, 256, Pick::kClustered},
+        Case{"d256_g16_all", {{5, 400}}, 16, 1, 256, 4096, Pick::kAll},
+        Case{"d128_g3", {{11, 1000}}, 6, 2, 128, 256, Pick::kSparse}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sm70ops_gpu
