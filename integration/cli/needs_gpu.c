@@ -14,6 +14,7 @@ static const struct {
   bench_fn run;
 } kBenches[] = {
     {SM70OPS_OP_QSA_INDEX, bench_qsa_index},
+    {SM70OPS_OP_QSA_ATTN, bench_qsa_attn},
 };
 
 static bench_fn bench_for(sm70ops_op op) {
