@@ -30,6 +30,36 @@ run_config() { # LABEL BAZEL_FLAGS...
 run_config default --test_tag_filters=-sm70_only
 run_config sm70 --config=sm70
 
+# --- Python host integration (integration/python): pytest against the default build's plugin.
+# Its JUnit XML is counted by count_tests.py like Bazel's; a pytest that cannot run, or fails
+# with no failing case to show for it, still counts as a failure.
+run_pytest() {
+  local dir; dir=$(mktemp -d)
+  local xml=/tmp/sm70ops-pytest.xml log=/tmp/sm70ops-test-python.log
+  rm -f "$xml"
+  : >"$log"
+  touch "$dir/stamp"
+  python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest >>"$log" 2>&1
+  SM70OPS_LIBRARY="$(bazel info bazel-bin 2>/dev/null)/libsm70ops.so" \
+    python3 -m pytest integration/python/tests -q --junitxml="$xml" >>"$log" 2>&1
+  local rc=$?
+  grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed|error" "$log" | tail -n 30 || true
+  mkdir -p "$dir/integration/python"
+  [ -f "$xml" ] && cp "$xml" "$dir/integration/python/test.xml"
+  local line; line=$(python3 tools/count_tests.py python "$dir" "$dir/stamp" | tail -n 1)
+  echo "$line"
+  local counts; counts=$(grep -oE '[0-9]+ (passed|failed|skipped)' <<<"$line" | cut -d' ' -f1 | paste -sd' ')
+  read -r p f s <<<"$counts"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "python: pytest exited $rc with no failing case: see $log"
+    failed=$((failed + 1))
+  fi
+  rm -rf "$dir"
+}
+run_pytest
+# --- end of the Python host integration step.
+
 if python3 tools/format_check.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <utility>
 
 namespace sm70ops_gpu {
 namespace {
@@ -51,6 +52,12 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer &&other) noexcept
   other.bytes_ = 0;
 }
 
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(bytes_, other.bytes_);
+  return *this;
+}
+
 DeviceBuffer::~DeviceBuffer() { cudaFree(data_); }
 
 void DeviceBuffer::Upload(const void *host, size_t bytes, size_t offset) {
@@ -64,6 +71,10 @@ void DeviceBuffer::Download(void *host, size_t bytes, size_t offset) const {
 }
 
 void DeviceBuffer::Poison(uint8_t byte) { Check(cudaMemset(data_, byte, bytes_), "poison"); }
+
+void DeviceBuffer::PoisonAsync(uint8_t byte, void *stream) {
+  Check(cudaMemsetAsync(data_, byte, bytes_, static_cast<cudaStream_t>(stream)), "poison");
+}
 
 View::View(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
            uint64_t byte_offset)

@@ -47,6 +47,7 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
   void *data() const { return data_; }
@@ -54,11 +55,20 @@ class DeviceBuffer {
   void Upload(const void *host, size_t bytes, size_t offset = 0);
   void Download(void *host, size_t bytes, size_t offset = 0) const;
   void Poison(uint8_t byte);  // every byte, so unwritten outputs cannot pass as results
+  void PoisonAsync(uint8_t byte, void *stream);  // the same, ordered on `stream`
 
  private:
   void *data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// A device copy of `host`.
+template <typename T>
+DeviceBuffer Uploaded(const std::vector<T> &host) {
+  DeviceBuffer buf(host.size() * sizeof(T));
+  buf.Upload(host.data(), host.size() * sizeof(T));
+  return buf;
+}
 
 // A DLTensor view that owns its shape and strides (elements).
 class View {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
+#include "tests/gpu/robustness.h"
 #include "tests/ref/half.h"
 #include "tests/ref/qsa_attn_ref.h"
 
@@ -169,72 +172,105 @@ Inputs MakeInputs(const Case &c) {
   return in;
 }
 
-template <typename T>
-DeviceBuffer Uploaded(const std::vector<T> &host) {
-  DeviceBuffer buf(host.size() * sizeof(T));
-  buf.Upload(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
 struct Outputs {
   std::vector<uint16_t> o;
   std::vector<float> lse;
 };
 
-Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in, float sm_scale) {
-  Outputs out;
-  const int64_t T = in.rows, Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim;
-  const int64_t R = int64_t(c.requests.size()), P = in.num_pages, nb = in.sel.nb;
-  const int64_t q_row = Hq * D + c.q_row_pad;
-  std::vector<uint16_t> q_host(T * q_row, 0x7e00);
-  for (int64_t t = 0; t < T; ++t) std::copy_n(&in.q[t * Hq * D], Hq * D, &q_host[t * q_row]);
-  std::vector<uint16_t> kv_host(in.kv.k);
-  kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
-  DeviceBuffer q = Uploaded(q_host), kv = Uploaded(kv_host);
-  DeviceBuffer k_only = Uploaded(in.kv.k), v_only = Uploaded(in.kv.v);
-  DeviceBuffer qsl = Uploaded(in.meta.query_start_loc), lens = Uploaded(in.meta.seq_lens);
-  DeviceBuffer table = Uploaded(in.meta.block_table);
-  DeviceBuffer blocks = Uploaded(in.sel.blocks), masks = Uploaded(in.sel.masks);
-  DeviceBuffer count = Uploaded(in.sel.count);
-  DeviceBuffer o(T * Hq * D * 2), lse(T * Hq * 4);
-  const std::vector<int64_t> kv_shape = {P, kPage, Hkv, D};
-  const int64_t kv_half = P * kPage * Hkv * D;
-  View vq(q.data(), kF16, {T, Hq, D}, {q_row, D, 1});
-  View vk(c.fused_kv ? kv.data() : k_only.data(), kF16, kv_shape, DenseStrides(kv_shape));
-  View vv(c.fused_kv ? kv.data() : v_only.data(), kF16, kv_shape, DenseStrides(kv_shape),
-          c.fused_kv ? uint64_t(kv_half) * 2 : 0);
-  View vqsl(qsl.data(), kI32, {R + 1}, {1}), vlens(lens.data(), kI32, {R}, {1});
-  View vtable(table.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1});
-  View vblocks(blocks.data(), kI32, {T, nb}, {nb, 1}), vmasks(masks.data(), kU64, {T, nb}, {nb, 1});
-  View vcount(count.data(), kI32, {T}, {1});
-  View vo(o.data(), kF16, {T, Hq, D}, DenseStrides({T, Hq, D}));
-  View vlse(lse.data(), kF32, {T, Hq}, {Hq, 1});
-  sm70ops_qsa_attn_args args = {};
-  args.struct_size = sizeof(args);
-  args.sm_scale = sm_scale;
-  args.max_seq_len = in.max_seq_len;
-  args.max_query_len = in.max_query_len;
-  args.q = vq.get(), args.k_cache = vk.get(), args.v_cache = vv.get();
-  args.query_start_loc = vqsl.get(), args.seq_lens = vlens.get(), args.block_table = vtable.get();
-  args.sel_blocks = vblocks.get(), args.sel_mask = vmasks.get(), args.sel_count = vcount.get();
-  args.out = vo.get(), args.lse = vlse.get();
+// The op on the device: inputs uploaded once, outputs poisoned before each run.
+class AttnRun {
+ public:
+  AttnRun(const Case &c, const Inputs &in, float sm_scale)
+      : T_(in.rows), Hq_(c.q_heads), D_(c.head_dim), q_row_(Hq_ * D_ + c.q_row_pad) {
+    const int64_t Hkv = c.kv_heads, R = int64_t(c.requests.size()), P = in.num_pages;
+    const int64_t nb = in.sel.nb;
+    std::vector<uint16_t> q_host(T_ * q_row_, 0x7e00);
+    for (int64_t t = 0; t < T_; ++t)
+      std::copy_n(&in.q[t * Hq_ * D_], Hq_ * D_, &q_host[t * q_row_]);
+    std::vector<uint16_t> kv_host(in.kv.k);  // k then v: one [2, P, 64, Hkv, D] buffer
+    kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
+    q_ = Uploaded(q_host), kv_ = Uploaded(kv_host);
+    k_only_ = Uploaded(in.kv.k), v_only_ = Uploaded(in.kv.v);
+    qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
+    table_ = Uploaded(in.meta.block_table);
+    blocks_ = Uploaded(in.sel.blocks), masks_ = Uploaded(in.sel.masks);
+    count_ = Uploaded(in.sel.count);
+    o_ = DeviceBuffer(T_ * Hq_ * D_ * 2), lse_ = DeviceBuffer(T_ * Hq_ * 4);
+    const std::vector<int64_t> kv_shape = {P, kPage, Hkv, D_};
+    const uint64_t v_offset = c.fused_kv ? uint64_t(P * kPage * Hkv * D_) * 2 : 0;
+    Add(q_.data(), kF16, {T_, Hq_, D_}, {q_row_, D_, 1}, &args_.q);
+    Add(c.fused_kv ? kv_.data() : k_only_.data(), kF16, kv_shape, DenseStrides(kv_shape),
+        &args_.k_cache);
+    Add(c.fused_kv ? kv_.data() : v_only_.data(), kF16, kv_shape, DenseStrides(kv_shape),
+        &args_.v_cache, v_offset);
+    Add(qsl_.data(), kI32, {R + 1}, {1}, &args_.query_start_loc);
+    Add(lens_.data(), kI32, {R}, {1}, &args_.seq_lens);
+    Add(table_.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1}, &args_.block_table);
+    Add(blocks_.data(), kI32, {T_, nb}, {nb, 1}, &args_.sel_blocks);
+    Add(masks_.data(), kU64, {T_, nb}, {nb, 1}, &args_.sel_mask);
+    Add(count_.data(), kI32, {T_}, {1}, &args_.sel_count);
+    Add(o_.data(), kF16, {T_, Hq_, D_}, DenseStrides({T_, Hq_, D_}), &args_.out);
+    Add(lse_.data(), kF32, {T_, Hq_}, {Hq_, 1}, &args_.lse);
+    args_.struct_size = sizeof(args_);
+    args_.sm_scale = sm_scale;
+    args_.max_seq_len = in.max_seq_len;
+    args_.max_query_len = in.max_query_len;
+  }
 
-  sm70ops_decision d = {};
-  d.struct_size = sizeof(d);
-  EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args, &d), SM70OPS_OK);
-  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
-  if (!d.accepted) return out;
-  DeviceBuffer workspace(d.workspace_bytes);
-  o.Poison(0x7f), lse.Poison(0x7f);
-  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args, nullptr,
-                                 workspace.data(), d.workspace_bytes),
-            SM70OPS_OK)
-      << plugin.api().last_error();
+  // check() accepts, and the (empty) workspace is allocated.
+  bool Accepted(const Plugin &plugin) {
+    sm70ops_decision d = {};
+    d.struct_size = sizeof(d);
+    EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args_, &d), SM70OPS_OK);
+    EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+    workspace_ = DeviceBuffer(d.workspace_bytes);
+    return d.accepted;
+  }
+
+  void Poison(void *stream) { o_.PoisonAsync(0x7f, stream), lse_.PoisonAsync(0x7f, stream); }
+
+  sm70ops_status Execute(const Plugin &plugin, void *stream) {
+    return plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args_, stream,
+                                workspace_.data(), workspace_.bytes());
+  }
+
+  Outputs Download() const {
+    Outputs out;
+    out.o.resize(T_ * Hq_ * D_), out.lse.resize(T_ * Hq_);
+    o_.Download(out.o.data(), out.o.size() * 2);
+    lse_.Download(out.lse.data(), out.lse.size() * 4);
+    return out;
+  }
+
+  std::vector<uint8_t> Bytes() const {
+    const Outputs out = Download();
+    std::vector<uint8_t> bytes(out.o.size() * 2 + out.lse.size() * 4);
+    std::memcpy(bytes.data(), out.o.data(), out.o.size() * 2);
+    std::memcpy(bytes.data() + out.o.size() * 2, out.lse.data(), out.lse.size() * 4);
+    return bytes;
+  }
+
+ private:
+  void Add(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+           const DLTensor **slot, uint64_t byte_offset = 0) {
+    views_.push_back(std::make_unique<View>(data, dtype, shape, strides, byte_offset));
+    *slot = views_.back()->get();
+  }
+
+  int64_t T_, Hq_, D_, q_row_;
+  DeviceBuffer q_{0}, kv_{0}, k_only_{0}, v_only_{0}, qsl_{0}, lens_{0}, table_{0};
+  DeviceBuffer blocks_{0}, masks_{0}, count_{0}, o_{0}, lse_{0}, workspace_{0};
+  std::vector<std::unique_ptr<View>> views_;
+  sm70ops_qsa_attn_args args_ = {};
+};
+
+Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in, float sm_scale) {
+  AttnRun run(c, in, sm_scale);
+  if (!run.Accepted(plugin)) return {};
+  run.Poison(nullptr);
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
   Synchronize();
-  out.o.resize(T * Hq * D), out.lse.resize(T * Hq);
-  o.Download(out.o.data(), out.o.size() * 2);
-  lse.Download(out.lse.data(), out.lse.size() * 4);
-  return out;
+  return run.Download();
 }
 
 struct Errors {
@@ -294,6 +330,34 @@ TEST_P(SM70_QsaAttn, MatchesReference) {
   std::printf(
       "  rel-L2 %.3g, max-abs %.3g (same-precision reference %.3g), neighbour overlap %.2f\n",
       gpu.rel_l2, gpu.max_abs, fp16_ref.max_abs, in.overlap);
+}
+
+// The TP4 shape with realistic selections, for the checks every execute must pass.
+const Case kRobustCase{"robust", {{24, 3000}, {9, 700}}, 4, 1, 256, 512, Pick::kRealistic};
+
+TEST(SM70_QsaAttnRobust, GraphReplayEqualsEager) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Inputs in = MakeInputs(kRobustCase);
+  AttnRun run(kRobustCase, in, 0.0625f);
+  ASSERT_TRUE(run.Accepted(plugin));
+  ExpectGraphReplayEqualsEager(plugin, run);
+}
+
+TEST(SM70_QsaAttnRobust, EightStreamsEqualSerial) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Inputs in = MakeInputs(kRobustCase);
+  ExpectConcurrentStreamsBitIdentical<AttnRun>(
+      plugin,
+      [&] {
+        auto run = std::make_unique<AttnRun>(kRobustCase, in, 0.0625f);
+        EXPECT_TRUE(run->Accepted(plugin));
+        return run;
+      },
+      8);
 }
 
 INSTANTIATE_TEST_SUITE_P(

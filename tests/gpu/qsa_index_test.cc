@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
+#include "tests/gpu/robustness.h"
 #include "tests/ref/half.h"
 #include "tests/ref/qsa_index_ref.h"
 
@@ -131,13 +133,6 @@ struct Outputs {
   int nb = 0;
 };
 
-template <typename T>
-DeviceBuffer Uploaded(const std::vector<T> &host) {
-  DeviceBuffer buf(host.size() * sizeof(T));
-  buf.Upload(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
 // White box: the scores the kernels kept, when one chunk held every row.
 void DownloadWorkspace(const DeviceBuffer &workspace, const Case &c, const Inputs &in,
                        Outputs &out) {
@@ -160,63 +155,107 @@ void DownloadWorkspace(const DeviceBuffer &workspace, const Case &c, const Input
   workspace.Download(out.ties.data(), out.ties.size() * 4, offset(out.view.ties));
 }
 
-Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {
-  Outputs out;
-  const int64_t T = in.rows, K = c.topk, R = int64_t(c.requests.size());
-  out.nb = std::min<int>(c.topk, Pages(in.max_seq_len));
-  // q as a strided view at a byte offset inside a larger buffer.
-  const int64_t q_row = kHeads * kDim + c.q_row_pad, q_offset_halves = 128;
-  std::vector<uint16_t> q_host(q_offset_halves + T * q_row, 0x7e00);
-  for (int64_t t = 0; t < T; ++t) {
-    std::copy_n(&in.q[t * kHeads * kDim], kHeads * kDim, &q_host[q_offset_halves + t * q_row]);
+// The op on the device: inputs uploaded once, outputs and workspace poisoned before each run.
+class IndexRun {
+ public:
+  IndexRun(const Case &c, const Inputs &in)
+      : T_(in.rows), K_(c.topk), nb_(std::min<int>(c.topk, Pages(in.max_seq_len))) {
+    const int64_t R = int64_t(c.requests.size());
+    // q as a strided view at a byte offset inside a larger buffer.
+    const int64_t q_row = kHeads * kDim + c.q_row_pad, q_offset_halves = 128;
+    std::vector<uint16_t> q_host(q_offset_halves + T_ * q_row, 0x7e00);
+    for (int64_t t = 0; t < T_; ++t) {
+      std::copy_n(&in.q[t * kHeads * kDim], kHeads * kDim, &q_host[q_offset_halves + t * q_row]);
+    }
+    q_ = Uploaded(q_host), w_ = Uploaded(in.w), k_ = Uploaded(in.k);
+    qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
+    table_ = Uploaded(in.meta.block_table);
+    topk_ = DeviceBuffer(T_ * K_ * 4), blocks_ = DeviceBuffer(T_ * nb_ * 4);
+    masks_ = DeviceBuffer(T_ * nb_ * 8), count_ = DeviceBuffer(T_ * 4);
+    Add(q_.data(), kF16, {T_, kHeads, kDim}, {q_row, kDim, 1}, &args_.q, q_offset_halves * 2);
+    Add(w_.data(), kF32, {T_, kHeads}, DenseStrides({T_, kHeads}), &args_.weights);
+    const std::vector<int64_t> k_shape = {in.num_pages, kPage, kDim};
+    Add(k_.data(), kF16, k_shape, DenseStrides(k_shape), &args_.k_index);
+    Add(qsl_.data(), kI32, {R + 1}, {1}, &args_.query_start_loc);
+    Add(lens_.data(), kI32, {R}, {1}, &args_.seq_lens);
+    Add(table_.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1}, &args_.block_table);
+    Add(topk_.data(), kI32, {T_, K_}, {K_, 1}, &args_.topk_idx);
+    Add(blocks_.data(), kI32, {T_, nb_}, {nb_, 1}, &args_.sel_blocks);
+    Add(masks_.data(), kU64, {T_, nb_}, {nb_, 1}, &args_.sel_mask);
+    Add(count_.data(), kI32, {T_}, {1}, &args_.sel_count);
+    args_.struct_size = sizeof(args_);
+    args_.topk = c.topk;
+    args_.max_seq_len = in.max_seq_len;
+    args_.max_query_len = in.max_query_len;
+    int32_t unused = 0;
+    args_.max_workspace_bytes =
+        c.chunk_rows ? sm70_qsa_index_workspace(c.chunk_rows, in.max_seq_len, ~0ull, &unused) : 0;
   }
-  DeviceBuffer q = Uploaded(q_host), w = Uploaded(in.w), k = Uploaded(in.k);
-  DeviceBuffer qsl = Uploaded(in.meta.query_start_loc), lens = Uploaded(in.meta.seq_lens);
-  DeviceBuffer table = Uploaded(in.meta.block_table);
-  DeviceBuffer topk(T * K * 4), blocks(T * out.nb * 4), masks(T * out.nb * 8), count(T * 4 + 4);
-  View vq(q.data(), kF16, {T, kHeads, kDim}, {q_row, kDim, 1}, q_offset_halves * 2);
-  View vw(w.data(), kF32, {T, kHeads}, DenseStrides({T, kHeads}));
-  View vk(k.data(), kF16, {in.num_pages, kPage, kDim}, DenseStrides({in.num_pages, kPage, kDim}));
-  View vqsl(qsl.data(), kI32, {R + 1}, {1}), vlens(lens.data(), kI32, {R}, {1});
-  View vtable(table.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1});
-  View vtopk(topk.data(), kI32, {T, K}, {K, 1});
-  View vblocks(blocks.data(), kI32, {T, out.nb}, {out.nb, 1});
-  View vmasks(masks.data(), kU64, {T, out.nb}, {out.nb, 1});
-  View vcount(count.data(), kI32, {T}, {1});
-  sm70ops_qsa_index_args args = {};
-  args.struct_size = sizeof(args);
-  args.topk = c.topk;
-  args.max_seq_len = in.max_seq_len;
-  args.max_query_len = in.max_query_len;
-  int32_t unused = 0;
-  args.max_workspace_bytes =
-      c.chunk_rows ? sm70_qsa_index_workspace(c.chunk_rows, in.max_seq_len, ~0ull, &unused) : 0;
-  args.q = vq.get(), args.weights = vw.get(), args.k_index = vk.get();
-  args.query_start_loc = vqsl.get(), args.seq_lens = vlens.get(), args.block_table = vtable.get();
-  args.topk_idx = vtopk.get(), args.sel_blocks = vblocks.get(), args.sel_mask = vmasks.get();
-  args.sel_count = vcount.get();
 
-  sm70ops_decision d = {};
-  d.struct_size = sizeof(d);
-  EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args, &d), SM70OPS_OK);
-  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
-  if (!d.accepted) return out;
-  DeviceBuffer workspace(d.workspace_bytes);
-  workspace.Poison(0xff);  // NaN scores
-  for (DeviceBuffer *b : {&topk, &blocks, &masks, &count}) b->Poison(0x7f);
-  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args, nullptr,
-                                 workspace.data(), d.workspace_bytes),
-            SM70OPS_OK)
-      << plugin.api().last_error();
+  // check() accepts, and the workspace it asks for is allocated.
+  bool Accepted(const Plugin &plugin) {
+    sm70ops_decision d = {};
+    d.struct_size = sizeof(d);
+    EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args_, &d), SM70OPS_OK);
+    EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+    workspace_ = DeviceBuffer(d.workspace_bytes);
+    return d.accepted;
+  }
+
+  void Poison(void *stream) {
+    workspace_.PoisonAsync(0xff, stream);  // NaN scores
+    for (DeviceBuffer *b : {&topk_, &blocks_, &masks_, &count_}) b->PoisonAsync(0x7f, stream);
+  }
+
+  sm70ops_status Execute(const Plugin &plugin, void *stream) {
+    return plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args_, stream,
+                                workspace_.data(), workspace_.bytes());
+  }
+
+  Outputs Download(const Case &c, const Inputs &in) const {
+    Outputs out;
+    out.nb = int(nb_);
+    out.topk_idx.resize(T_ * K_), out.sel_blocks.resize(T_ * nb_), out.sel_mask.resize(T_ * nb_);
+    out.sel_count.resize(T_);
+    topk_.Download(out.topk_idx.data(), T_ * K_ * 4);
+    blocks_.Download(out.sel_blocks.data(), T_ * nb_ * 4);
+    masks_.Download(out.sel_mask.data(), T_ * nb_ * 8);
+    count_.Download(out.sel_count.data(), T_ * 4);
+    DownloadWorkspace(workspace_, c, in, out);
+    return out;
+  }
+
+  std::vector<uint8_t> Bytes() const {  // the op's outputs, not its workspace
+    std::vector<uint8_t> bytes(T_ * (K_ * 4 + nb_ * 12 + 4));
+    uint8_t *p = bytes.data();
+    topk_.Download(p, T_ * K_ * 4), p += T_ * K_ * 4;
+    blocks_.Download(p, T_ * nb_ * 4), p += T_ * nb_ * 4;
+    masks_.Download(p, T_ * nb_ * 8), p += T_ * nb_ * 8;
+    count_.Download(p, T_ * 4);
+    return bytes;
+  }
+
+ private:
+  void Add(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+           const DLTensor **slot, uint64_t byte_offset = 0) {
+    views_.push_back(std::make_unique<View>(data, dtype, shape, strides, byte_offset));
+    *slot = views_.back()->get();
+  }
+
+  int64_t T_, K_, nb_;
+  DeviceBuffer q_{0}, w_{0}, k_{0}, qsl_{0}, lens_{0}, table_{0};
+  DeviceBuffer topk_{0}, blocks_{0}, masks_{0}, count_{0}, workspace_{0};
+  std::vector<std::unique_ptr<View>> views_;
+  sm70ops_qsa_index_args args_ = {};
+};
+
+Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {
+  IndexRun run(c, in);
+  if (!run.Accepted(plugin)) return {};
+  run.Poison(nullptr);
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
   Synchronize();
-  out.topk_idx.resize(T * K), out.sel_blocks.resize(T * out.nb), out.sel_mask.resize(T * out.nb);
-  out.sel_count.resize(T);
-  topk.Download(out.topk_idx.data(), T * K * 4);
-  blocks.Download(out.sel_blocks.data(), T * out.nb * 4);
-  masks.Download(out.sel_mask.data(), T * out.nb * 8);
-  count.Download(out.sel_count.data(), T * 4);
-  DownloadWorkspace(workspace, c, in, out);
-  return out;
+  return run.Download(c, in);
 }
 
 // rel-L2 over (GPU score, reference score) pairs, and how many GPU scores were not finite.
@@ -294,6 +333,34 @@ TEST_P(SM70_QsaIndex, MatchesReference) {
                             << verdict.failed_rows.front();
   std::printf("  %d rows, %zu near-tie rows excused\n", in.rows, verdict.excused_rows.size());
   ExpectExpansionOfOwnTopk(c, in, out);
+}
+
+// Two requests, one of them chunked, with rows above and below K.
+const Case kRobustCase{"robust", {{40, 5000}, {7, 900}}, 1024, 0, false, 16};
+
+TEST(SM70_QsaIndexRobust, GraphReplayEqualsEager) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Inputs in = MakeInputs(kRobustCase, 7);
+  IndexRun run(kRobustCase, in);
+  ASSERT_TRUE(run.Accepted(plugin));
+  ExpectGraphReplayEqualsEager(plugin, run);
+}
+
+TEST(SM70_QsaIndexRobust, EightStreamsEqualSerial) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Inputs in = MakeInputs(kRobustCase, 7);
+  ExpectConcurrentStreamsBitIdentical<IndexRun>(
+      plugin,
+      [&] {
+        auto run = std::make_unique<IndexRun>(kRobustCase, in);
+        EXPECT_TRUE(run->Accepted(plugin));
+        return run;
+      },
+      8);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,17 @@
+"""sm70ops from Python: load libsm70ops.so through its C ABI (ctypes, no compiled extension).
+
+    plugin.Plugin      dlopen + ABI negotiation; identity, devices, contexts
+    ops                the four ops' argument structs from torch tensors or descriptors
+    dlpack             DLTensor views
+    generic            the host's own torch implementations (what runs when the plugin declines)
+    model              the served model's shapes, as `python -m sm70ops check` uses them
+
+Importing this package needs no torch; the functions that use torch import it themselves.
+"""
+from ._abi import ABI_MAJOR, ABI_MINOR, LogLevel, Op, Reason, Route, Status
+from .plugin import Context, Decision, DeviceInfo, Identity, Plugin, Sm70opsError
+
+__all__ = [
+    "ABI_MAJOR", "ABI_MINOR", "Context", "Decision", "DeviceInfo", "Identity", "LogLevel", "Op",
+    "Plugin", "Reason", "Route", "Sm70opsError", "Status",
+]

@@ -1,0 +1,151 @@
+"""python -m sm70ops: the plugin's identity, its decisions on the model's shapes, a benchmark.
+
+Exit codes as the C tool's: 0 done, 1 the plugin could not be loaded or queried, 2 cannot run
+here (no CUDA GPU, or no torch for bench), 64 usage error.
+"""
+import argparse
+import sys
+
+from . import _abi, model
+from .plugin import Plugin, Sm70opsError
+
+EXIT_OK, EXIT_ERROR, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
+HEADER = ("op", "prefill", "rows x keys", "decision", "route", "workspace", "reason", "message")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def format_bytes(n):
+    """"640 B", "12.0 MiB": the C tool's cli_format_bytes."""
+    if n < 1024:
+        return f"{n} B"
+    value, units = n / 1024, ["KiB", "MiB", "GiB", "TiB"]
+    unit = 0
+    while value >= 1024 and unit + 1 < len(units):
+        value, unit = value / 1024, unit + 1
+    return f"{value:.1f} {units[unit]}"
+
+
+def format_table(rows):
+    """Left-aligned columns two spaces apart, the last one unpadded (the C tool's table)."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths)]
+        lines.append("  ".join(cells + [row[-1]]))
+    return "\n".join(lines)
+
+
+def decision_rows(ctx, tp, device):
+    """[(op, prefill, work, Decision)] for every op and prefill length of the model."""
+    out = []
+    for op in model.OPS:
+        for prefill in model.PREFILL_LENGTHS:
+            args, work = model.model_call(op, prefill, tp, device)
+            out.append((op, prefill, work, ctx.check(op, args)))
+    return out
+
+
+def summary(decisions):
+    """"3 of 12 accepted: 9 declined (NOT_IMPLEMENTED 9)"."""
+    declined = [d.reason for d in decisions if not d.accepted]
+    text = f"{len(decisions) - len(declined)} of {len(decisions)} accepted"
+    if declined:
+        counts = ", ".join(f"{r} {declined.count(r)}" for r in dict.fromkeys(declined))
+        text += f": {len(declined)} declined ({counts})"
+    return text
+
+
+def run_check(opts):
+    plugin = Plugin(opts.library)
+    with plugin, plugin.context(opts.device, opts.cc) as ctx:
+        found = decision_rows(ctx, opts.tp, opts.device)
+    print(f"plugin:  {plugin.path}")
+    print(f"shapes:  TP{opts.tp} per rank, last chunk of each prompt, one request, "
+          f"device {opts.device}")
+    if opts.cc:
+        print(f"arch:    compute capability {opts.cc // 10}.{opts.cc % 10} (--cc, CUDA not asked)")
+    else:
+        print("arch:    as the CUDA runtime reports it")
+    rows = [HEADER]
+    for op, prefill, work, d in found:
+        rows.append((_abi.OP_NAMES[op], f"{prefill // 1024}K", work,
+                     "accept" if d.accepted else "decline", d.route if d.accepted else "-",
+                     format_bytes(d.workspace_bytes) if d.accepted else "-", d.reason, d.message))
+    print()
+    print(format_table(rows))
+    print()
+    print(summary([d for *_, d in found]))
+    return EXIT_OK
+
+
+def run_info(opts):
+    with Plugin(opts.library) as plugin:
+        ident = plugin.identity()
+        print(f"{'plugin:':14}{plugin.path}")
+        print(f"{'name:':14}{ident.name} {'.'.join(map(str, ident.version))}")
+        print(f"{'git revision:':14}{ident.git_revision}")
+        print(f"{'ABI:':14}plugin {ident.abi_major}.{ident.abi_minor}, host {_abi.ABI_MAJOR}."
+              f"{_abi.ABI_MINOR}, negotiated {plugin.abi_major}.{plugin.abi_minor}")
+        print(f"{'SASS:':14}{ident.sm_list}")
+        count = plugin.device_count()
+        print(f"{'devices:':14}{count if count else 'no CUDA device'}")
+        for i in range(count):
+            info = plugin.device_info(i)
+            cc = info.compute_capability
+            print(f"device {i}:     {info.name}, compute capability {cc // 10}.{cc % 10}, "
+                  f"{info.multiprocessors} SMs, {format_bytes(info.global_memory_bytes)}")
+    return EXIT_OK
+
+
+def run_bench(opts):
+    from . import bench
+
+    return bench.main(opts)
+
+
+def parse(argv):
+    library = _Parser(add_help=False)
+    library.add_argument("--library", metavar="PATH", default=argparse.SUPPRESS,
+                         help="the plugin (default: $SM70OPS_LIBRARY, else libsm70ops.so "
+                         "through the dynamic loader)")
+    parser = _Parser(prog="python -m sm70ops", parents=[library],
+                     description="Inspects libsm70ops.so and asks its capability check about "
+                     "the model's shapes.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands.add_parser("info", parents=[library], help="identity, ABI, CUDA devices")
+    check = commands.add_parser(
+        "check", parents=[library],
+        help="the decision for every op on the model's per-rank shapes at 8K, 32K and 128K "
+        "(the last 8192-row chunk of each prompt)")
+    check.add_argument("--cc", type=int, default=0,
+                       help="plan for compute capability N (70: V100) without asking CUDA")
+    check.add_argument("--tp", type=int, choices=sorted(model.MODEL_SHAPES), default=4)
+    check.add_argument("--device", type=int, default=0)
+    bench = commands.add_parser("bench", parents=[library],
+                                help="plugin vs generic torch path (needs a CUDA GPU and torch)")
+    bench.add_argument("op", choices=["qsa_index"])
+    bench.add_argument("--plot", default="sm70ops_qsa_index_crossover.png",
+                       help="PNG of the crossover, written when matplotlib is importable")
+    opts = parser.parse_args(argv)
+    opts.library = getattr(opts, "library", None)
+    return opts
+
+
+def main(argv=None):
+    opts = parse(sys.argv[1:] if argv is None else argv)
+    run = {"info": run_info, "check": run_check, "bench": run_bench}[opts.command]
+    try:
+        return run(opts)
+    except Sm70opsError as e:
+        print(f"sm70ops: {e.last_error or e.status_name}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

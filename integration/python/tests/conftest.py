@@ -1,0 +1,69 @@
+"""Shared fixtures: the package on sys.path, the built plugin, the C tool, torch if present."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PYTHON_ROOT = pathlib.Path(__file__).resolve().parents[1]  # integration/python
+REPO_ROOT = PYTHON_ROOT.parents[1]
+sys.path.insert(0, str(PYTHON_ROOT))
+
+
+def library_path():
+    """$SM70OPS_LIBRARY (tools/test.sh sets it), else the last Bazel build's plugin, else None."""
+    path = os.environ.get("SM70OPS_LIBRARY") or str(REPO_ROOT / "bazel-bin" / "libsm70ops.so")
+    return path if os.path.isfile(path) else None
+
+
+@pytest.fixture(scope="session")
+def library():
+    path = library_path()
+    if path is None:
+        pytest.skip("no built plugin: set SM70OPS_LIBRARY or run bazel build //:sm70ops")
+    return path
+
+
+@pytest.fixture(scope="session")
+def plugin(library):
+    from sm70ops import Plugin
+
+    with Plugin(library) as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def c_cli(library):
+    """The C tool built next to the plugin: bazel-bin/integration/cli/sm70ops."""
+    path = os.environ.get("SM70OPS_CLI") or os.path.join(os.path.dirname(library), "integration",
+                                                         "cli", "sm70ops")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no C sm70ops tool at {path} (bazel build //integration/cli:sm70ops)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def torch():
+    return pytest.importorskip("torch", reason="torch is not importable here (CI installs "
+                               "nothing heavy)")
+
+
+@pytest.fixture(scope="session")
+def cuda_torch(torch):
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda is not available: GPU test")
+    return torch
+
+
+@pytest.fixture(scope="session")
+def run_module():
+    """run(*args, env=None): `python -m sm70ops ARGS` in a subprocess -> (exit code, output)."""
+
+    def run(*args, env=None):
+        full_env = dict(os.environ, PYTHONPATH=str(PYTHON_ROOT), **(env or {}))
+        done = subprocess.run([sys.executable, "-m", "sm70ops", *args], env=full_env,
+                              capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stdout + done.stderr
+
+    return run

@@ -1,0 +1,144 @@
+"""`check` from Python against the C tool, the environment rollback, and `python -m sm70ops`."""
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import PYTHON_ROOT
+from sm70ops import __main__ as cli
+from sm70ops import _abi, model
+
+OP_NAMES = ("qsa_index", "qsa_attn", "nvfp4_moe", "nvfp4_moe_prepare")
+
+
+def table_rows(output):
+    """The table of a `check` output: [[op, prefill, work, decision, route, workspace, reason,
+    message]] (cells are two or more spaces apart; the message may be empty)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("op "))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        cells = re.split(r" {2,}", line.rstrip())
+        rows.append(cells + [""] * (len(cli.HEADER) - len(cells)))
+    return rows
+
+
+def summary_line(output):
+    return next(line for line in output.splitlines() if re.match(r"^\d+ of \d+ accepted", line))
+
+
+def c_tool_check(c_cli, library, *args):
+    done = subprocess.run([c_cli, "--library", library, "check", "--cc", "70", *args],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def c_check(c_cli, library):
+    return c_tool_check(c_cli, library)
+
+
+def test_c_table_parses(c_check):
+    rows = table_rows(c_check)
+    assert len(rows) == len(OP_NAMES) * len(model.PREFILL_LENGTHS)
+    assert {r[0] for r in rows} == set(OP_NAMES)
+
+
+def test_api_decisions_equal_the_c_tool(plugin, c_check):
+    with plugin.context(compute_capability=70) as ctx:
+        found = cli.decision_rows(ctx, tp=4, device=0)
+    for (op, prefill, work, d), c_row in zip(found, table_rows(c_check), strict=True):
+        assert c_row[:3] == [_abi.OP_NAMES[op], f"{prefill // 1024}K", work]
+        assert c_row[3] == ("accept" if d.accepted else "decline")
+        assert c_row[4] == (d.route if d.accepted else "-")
+        assert c_row[5] == (cli.format_bytes(d.workspace_bytes) if d.accepted else "-")
+        assert c_row[6:] == [d.reason, d.message]
+
+
+@pytest.mark.parametrize("tp", ["4", "1"])
+def test_python_check_prints_the_c_table(library, c_cli, run_module, tp):
+    c_output = c_tool_check(c_cli, library, "--tp", tp)
+    code, output = run_module("check", "--cc", "70", "--tp", tp, "--library", library)
+    assert code == 0, output
+    assert table_rows(output) == table_rows(c_output)
+    assert summary_line(output) == summary_line(c_output)
+    assert "compute capability 7.0 (--cc, CUDA not asked)" in output
+    assert f"TP{tp} per rank" in output
+
+
+def _reasons_in_subprocess(library, env):
+    """Reason of every model-shape check, from a fresh interpreter with `env` added."""
+    script = textwrap.dedent(f"""
+        from sm70ops import Plugin, model
+        with Plugin({library!r}) as p, p.context(compute_capability=70) as ctx:
+            for op in model.OPS:
+                for prefill in model.PREFILL_LENGTHS:
+                    print(op.name, ctx.check(op, model.model_call(op, prefill)[0]).reason)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env={"PYTHONPATH": str(PYTHON_ROOT), **env}, check=True)
+    return [line.split() for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "malformed"])
+def test_sm70ops_disable_rolls_every_op_back(library, value):
+    reasons = _reasons_in_subprocess(library, {"SM70OPS_DISABLE": value})
+    assert len(reasons) == 12
+    assert {reason for _, reason in reasons} == {"PLUGIN_DISABLED"}
+
+
+def test_per_op_switches(library):
+    reasons = _reasons_in_subprocess(library, {"SM70OPS_DISABLE_NVFP4_MOE": "1",
+                                               "VLLM_SM70_QSA_INDEXER_CUBLAS": "0"})
+    disabled = {op for op, reason in reasons if reason == "OP_DISABLED"}
+    assert disabled == {"QSA_INDEX", "NVFP4_MOE", "NVFP4_MOE_PREPARE"}
+    assert all(reason != "OP_DISABLED" for op, reason in reasons if op == "QSA_ATTN")
+
+
+def test_disabled_check_from_the_command_line(library, run_module):
+    code, output = run_module("--library", library, "check", "--cc", "70",
+                              env={"SM70OPS_DISABLE": "1"})
+    assert code == 0
+    assert summary_line(output) == "0 of 12 accepted: 12 declined (PLUGIN_DISABLED 12)"
+
+
+def test_check_without_a_gpu_says_no_cuda_device(plugin, library, run_module):
+    if plugin.device_count() > 0:
+        pytest.skip("a CUDA device is present: the no-device table does not apply")
+    code, output = run_module("check", env={"SM70OPS_LIBRARY": library})
+    assert code == 0, output
+    for op in OP_NAMES:
+        assert re.search(rf"^{op} ", output, re.M), op
+    rows = table_rows(output)
+    assert all(r[6] == "NO_DEVICE" and r[7] == "no CUDA device" for r in rows)
+    assert "arch:    as the CUDA runtime reports it" in output
+
+
+def test_bench_without_a_gpu_exits_2(run_module, library):
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA GPU is here: bench would run")
+    except ImportError:
+        pass
+    code, output = run_module("bench", "qsa_index", "--library", library)
+    assert code == 2 and "needs a CUDA GPU" in output
+
+
+def test_info(library, run_module):
+    code, output = run_module("info", "--library", library)
+    assert code == 0
+    assert re.search(r"^name: +sm70ops \d+\.\d+\.\d+$", output, re.M)
+    assert re.search(r"^ABI: +plugin 1\.\d+, host 1\.0, negotiated 1\.\d+$", output, re.M)
+
+
+@pytest.mark.parametrize("args, code", [(["frobnicate"], 64), (["check", "--tp", "3"], 64),
+                                        (["bench", "no_such_op"], 64),
+                                        (["--library", "/nonexistent/libsm70ops.so", "info"], 1)])
+def test_exit_codes(run_module, args, code):
+    assert run_module(*args)[0] == code

@@ -1,0 +1,219 @@
+"""The generic torch implementations (sm70ops.generic) on CPU against the plain-Python
+references written from ops.md, on tiny inputs: varlen batches, scattered pages, ties, empty
+key sets, bit 63 of the masks. Skipped, with the reason printed, where torch is missing."""
+import math
+import random
+
+import pytest
+
+import reference as ref
+from sm70ops import generic
+
+U64 = (1 << 64) - 1
+
+
+def integer_inputs(seed, rows, pages, heads=4, dim=128):
+    """q, k in {-2..2} and w in quarters: every score is exact in fp16, fp32 and fp64, and ties
+    are frequent."""
+    rng = random.Random(seed)
+    q = [[[float(rng.randint(-2, 2)) for _ in range(dim)] for _ in range(heads)]
+         for _ in range(rows)]
+    k = [[[float(rng.randint(-2, 2)) for _ in range(dim)] for _ in range(ref.PAGE)]
+         for _ in range(pages)]
+    w = [[rng.choice([-1.0, -0.5, 0.25, 0.75, 1.0]) for _ in range(heads)] for _ in range(rows)]
+    return q, w, k
+
+
+def tensors(torch, q, w, k, qsl, lens, table):
+    return dict(q=torch.tensor(q, dtype=torch.float16),
+                weights=torch.tensor(w, dtype=torch.float32),
+                k_index=torch.tensor(k, dtype=torch.float16),
+                query_start_loc=torch.tensor(qsl, dtype=torch.int32),
+                seq_lens=torch.tensor(lens, dtype=torch.int32),
+                block_table=torch.tensor(table, dtype=torch.int32))
+
+
+def mask_ints(torch, sel_mask):
+    return [[v & U64 for v in row] for row in sel_mask.view(torch.int64).tolist()]
+
+
+# Two requests, 3 and 5 rows, contexts 70 and 130, pages scattered over a pool of 6.
+QSL, LENS, TABLE = [0, 3, 8], [70, 130], [[4, 1, 0], [2, 5, 3]]
+
+
+@pytest.mark.parametrize("k", [16, 67, 128])
+def test_qsa_index_matches_the_reference(torch, k):
+    q, w, keys = integer_inputs(seed=k, rows=8, pages=6)
+    nb = min(k, math.ceil(max(LENS) / 64))
+    scores, topk_idx, blocks, masks, counts = ref.qsa_index(q, w, keys, QSL, LENS, TABLE, k, nb)
+    inputs = tensors(torch, q, w, keys, QSL, LENS, TABLE)
+    got = generic.qsa_index(**inputs, topk=k)
+    assert got.topk_idx.dtype == torch.int32 and got.topk_idx.tolist() == topk_idx
+    assert got.sel_blocks.tolist() == blocks
+    assert mask_ints(torch, got.sel_mask) == masks
+    assert got.sel_count.tolist() == counts
+    got_scores = generic.qsa_index_scores(**inputs)
+    for t, row in enumerate(scores):
+        assert got_scores[t, : len(row)].tolist() == row
+        assert all(s == -math.inf for s in got_scores[t, len(row) :].tolist())
+
+
+def test_qsa_index_ties_go_to_the_lower_position(torch):
+    q, w, _ = integer_inputs(seed=1, rows=3, pages=2)
+    same_key = [[[1.0] * 128 for _ in range(64)] for _ in range(2)]
+    w = [[1.0] * 4 for _ in range(3)]
+    inputs = tensors(torch, q, w, same_key, [0, 3], [100], [[1, 0]])
+    got = generic.qsa_index(**inputs, topk=10)
+    assert got.topk_idx.tolist() == [list(range(10))] * 3
+
+
+def test_topk_positions_exact_ties_and_short_rows(torch):
+    scores = torch.tensor([[5.0, 1.0, 5.0, 5.0, 0.0], [2.0, 2.0, 2.0, 2.0, 2.0]])
+    valid = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    got = generic.topk_positions(scores, valid, 3)
+    assert got.tolist() == [[0, 2, 3], [0, 1, -1]]
+
+
+def test_expansion_sets_bit_63_and_pads(torch):
+    topk_idx = torch.tensor([[0, 63, 64, 200], [5, -1, -1, -1]], dtype=torch.int32)
+    blocks, masks, counts = generic.expand_selection(topk_idx, 4)
+    assert blocks.tolist() == [[0, 1, 3, -1], [0, -1, -1, -1]]
+    assert mask_ints(torch, masks) == [[1 | 1 << 63, 1, 1 << 8, 0], [1 << 5, 0, 0, 0]]
+    assert counts.dtype == torch.int32 and counts.tolist() == [3, 1]
+
+
+def test_expansion_refuses_a_narrow_nb(torch):
+    with pytest.raises(ValueError, match="NB is 1"):
+        generic.expand_selection(torch.tensor([[1, 70]], dtype=torch.int32), 1)
+
+
+def random_attn_inputs(torch, seed, q_heads=4, kv_heads=2, dim=128):
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    rows, pages = 8, 6
+    q = torch.randn((rows, q_heads, dim), generator=gen).half()
+    k_cache = torch.randn((pages, 64, kv_heads, dim), generator=gen).half()
+    v_cache = torch.randn((pages, 64, kv_heads, dim), generator=gen).half()
+    positions = []
+    for r, _, length in ref.rows_of(QSL, LENS):
+        # Some tokens beyond L (the op drops them); row 1 selects nothing.
+        chosen = rng.sample(range(min(length + 20, LENS[r])), min(12, length))
+        positions.append([] if len(positions) == 1 else chosen)
+    nb = 3
+    blocks, masks, counts = [], [], []
+    for chosen in positions:
+        pages_, bits = ref.expand(chosen)
+        blocks.append(pages_ + [-1] * (nb - len(pages_)))
+        masks.append(bits + [0] * (nb - len(bits)))
+        counts.append(len(pages_))
+    signed = [[m - (1 << 64) if m >> 63 else m for m in row] for row in masks]
+    sel = dict(sel_blocks=torch.tensor(blocks, dtype=torch.int32),
+               sel_mask=torch.tensor(signed, dtype=torch.int64),
+               sel_count=torch.tensor(counts, dtype=torch.int32))
+    return q, k_cache, v_cache, sel, (blocks, masks, counts)
+
+
+def rel_l2(got, want):
+    num = sum((a - b) ** 2 for a, b in zip(got, want))
+    den = sum(b * b for b in want)
+    return math.sqrt(num / den) if den else math.sqrt(num)
+
+
+def flat(nested):
+    return [x for row in nested for head in row for x in head]
+
+
+@pytest.mark.parametrize("q_heads, kv_heads", [(4, 2), (4, 1)])
+def test_qsa_attn_matches_the_reference(torch, q_heads, kv_heads):
+    q, k_cache, v_cache, sel, (blocks, masks, counts) = random_attn_inputs(torch, 3, q_heads,
+                                                                           kv_heads)
+    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
+                seq_lens=torch.tensor(LENS, dtype=torch.int32),
+                block_table=torch.tensor(TABLE, dtype=torch.int32))
+    out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.0883)
+    want_o, want_lse = ref.qsa_attn(q.float().tolist(), k_cache.float().tolist(),
+                                    v_cache.float().tolist(), QSL, LENS, TABLE, blocks, masks,
+                                    counts, 0.0883)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+    assert rel_l2(flat(out.float().tolist()), flat(want_o)) <= 2e-3
+    assert out[1].abs().max().item() == 0 and lse[1].tolist() == [-math.inf] * q_heads
+    for got_row, want_row in zip(lse.tolist(), want_lse):
+        for a, b in zip(got_row, want_row):
+            assert a == b == -math.inf or abs(a - b) <= 1e-4 * max(1.0, abs(b))
+
+
+def test_qsa_attn_selecting_everything_is_dense_causal_attention(torch):
+    q, k_cache, v_cache, _, _ = random_attn_inputs(torch, 4)
+    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
+                seq_lens=torch.tensor(LENS, dtype=torch.int32),
+                block_table=torch.tensor(TABLE, dtype=torch.int32))
+    every = dict(sel_blocks=torch.tensor([[0, 1, 2]] * 8, dtype=torch.int32),
+                 sel_mask=torch.full((8, 3), -1, dtype=torch.int64),
+                 sel_count=torch.full((8,), 3, dtype=torch.int32))
+    out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **every, sm_scale=0.1)
+    k_list, v_list, q_list = k_cache.float().tolist(), v_cache.float().tolist(), q.float().tolist()
+    for t, (r, _, length) in enumerate(ref.rows_of(QSL, LENS)):
+        for h in range(4):
+            keys = [ref.token(k_list, TABLE, r, p)[h // 2] for p in range(length)]
+            values = [ref.token(v_list, TABLE, r, p)[h // 2] for p in range(length)]
+            o, s = ref.attend(q_list[t][h], keys, values, 0.1)
+            assert rel_l2(out[t, h].float().tolist(), o) <= 2e-3
+            assert abs(lse[t, h].item() - s) <= 1e-4 * abs(s) + 1e-5
+
+
+def random_moe(torch, seed, experts=4, hidden=32, inter=16, tokens=5, topk=2):
+    rng = random.Random(seed)
+
+    def bytes_(*shape, lo=0, hi=255):
+        return torch.tensor([[[rng.randint(lo, hi) for _ in range(shape[2])]
+                              for _ in range(shape[1])] for _ in range(shape[0])],
+                            dtype=torch.uint8)
+
+    w = dict(w13=bytes_(experts, 2 * inter, hidden // 2),
+             w13_scale=bytes_(experts, 2 * inter, hidden // 16, lo=0x28, hi=0x40),
+             w13_scale_2=torch.tensor([[rng.uniform(0.5, 2), rng.uniform(0.5, 2)]
+                                       for _ in range(experts)]),
+             w2=bytes_(experts, hidden, inter // 2),
+             w2_scale=bytes_(experts, hidden, inter // 16, lo=0x28, hi=0x40),
+             w2_scale_2=torch.tensor([rng.uniform(0.5, 2) for _ in range(experts)]))
+    x = (torch.randn((tokens, hidden), generator=torch.Generator().manual_seed(seed)) * 0.5).half()
+    ids = torch.tensor([rng.sample(range(experts), topk) for _ in range(tokens)],
+                       dtype=torch.int32)
+    weights = torch.rand((tokens, topk), generator=torch.Generator().manual_seed(seed + 1))
+    return x, ids, weights, w
+
+
+def test_nvfp4_moe_matches_the_reference(torch):
+    x, ids, weights, w = random_moe(torch, 5)
+    out = generic.nvfp4_moe(x, ids, weights, **w)
+    want = ref.nvfp4_moe(x.float().tolist(), ids.tolist(), weights.tolist(),
+                         *(w[n].tolist() for n in ("w13", "w13_scale", "w13_scale_2", "w2",
+                                                   "w2_scale", "w2_scale_2")))
+    assert out.dtype == torch.float16 and out.shape == x.shape
+    got = [v for row in out.float().tolist() for v in row]
+    assert rel_l2(got, [v for row in want for v in row]) <= 5e-3
+
+
+def test_nvfp4_moe_takes_float8_scales(torch):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    x, ids, weights, w = random_moe(torch, 6)
+    as_fp8 = dict(w, w13_scale=w["w13_scale"].view(torch.float8_e4m3fn),
+                  w2_scale=w["w2_scale"].view(torch.float8_e4m3fn))
+    assert torch.equal(generic.nvfp4_moe(x, ids, weights, **w),
+                       generic.nvfp4_moe(x, ids, weights, **as_fp8))
+
+
+def test_e4m3_table_matches_torch(torch):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    decoded = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().tolist()
+    for byte, value in enumerate(decoded):
+        mine = generic.e4m3_value(byte)
+        assert mine == value or (math.isnan(mine) and math.isnan(value)), byte
+
+
+def test_nvfp4_moe_refuses_unknown_experts(torch):
+    x, ids, weights, w = random_moe(torch, 7)
+    with pytest.raises(ValueError, match="outside"):
+        generic.nvfp4_moe(x, ids + 10, weights, **w)
