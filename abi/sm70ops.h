@@ -11,7 +11,8 @@
  *   3. api->context_create(&desc, &ctx): reads the environment once (see README, "Environment").
  *   4. Per call: api->check(ctx, op, &args, &decision). If it declines, run the host's own path.
  *      Otherwise api->execute(ctx, op, &args, stream, workspace, workspace_bytes).
- *   5. api->context_destroy(ctx); dlclose.
+ *   5. api->context_destroy(ctx); dlclose. The library stays mapped after dlclose (it carries a
+ *      CUDA runtime that cannot be unloaded cleanly); a later dlopen returns the same instance.
  *
  * Fail-open contract: a host treats every status other than SM70OPS_OK, and every decline, as "use
  * your own implementation". The plugin never aborts, exits, throws or prints; it logs only through

@@ -6,7 +6,7 @@
 # the device's compute capability, for validation only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test)
+tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:lifecycle_gpu_test)
 
 label_path() { local l=${1#//}; echo "${l/://}"; }  # //a/b:c -> a/b/c
 

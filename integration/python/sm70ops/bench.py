@@ -1,9 +1,9 @@
 """python -m sm70ops bench qsa_index: the plugin against the generic torch path in one run.
 
 1024 rows (the last of the prompt, one request) against 1K..128K keys, K = 2048, CUDA-event
-medians. The first repetition's topk_idx of both paths is compared; rows may differ only where
-ops.md allows (near ties: the K-th and (K+1)-th scores within 1e-3 relative, and every swapped
-position scoring within 1e-3 of the K-th), judged on scores from fp64 dot products.
+medians. The plugin's first topk_idx is compared with the exact top-k of fp64 scores; rows may
+differ only where ops.md allows (near ties: the K-th and (K+1)-th scores within 1e-3 relative,
+and every swapped position scoring within 1e-3 of the K-th). The generic path is only timed.
 """
 import dataclasses
 import statistics
@@ -133,8 +133,10 @@ def _measure(torch, ctx, x, keys):
         ctx.execute("qsa_index", args, stream, workspace, d.workspace_bytes)
 
     run_plugin()
-    want = run_generic().topk_idx
+    # The plugin is judged against the exact top-k of fp64 scores: the generic path's fp16 GEMM
+    # rounds scores by ~1e-3 itself, so its own selection is timed, not trusted.
     scores = generic.qsa_index_scores(**inputs, precise=True)
+    want = generic.topk_positions(scores, torch.isfinite(scores), TOPK)
     row.differing, row.excused = judge_topk(torch, topk_idx, want, scores, TOPK)
     row.plugin_ms = median_ms(torch, run_plugin)
     return row
