@@ -104,9 +104,9 @@ def run_info(opts):
 
 
 def run_bench(opts):
-    from . import bench
+    from . import bench, bench_attn
 
-    return bench.main(opts)
+    return {"qsa_index": bench.main, "qsa_attn": bench_attn.main}[opts.op](opts)
 
 
 def parse(argv):
@@ -129,9 +129,9 @@ def parse(argv):
     check.add_argument("--device", type=int, default=0)
     bench = commands.add_parser("bench", parents=[library],
                                 help="plugin vs generic torch path (needs a CUDA GPU and torch)")
-    bench.add_argument("op", choices=["qsa_index"])
+    bench.add_argument("op", choices=["qsa_index", "qsa_attn"])
     bench.add_argument("--plot", default="sm70ops_qsa_index_crossover.png",
-                       help="PNG of the crossover, written when matplotlib is importable")
+                       help="qsa_index: PNG of the crossover, written when matplotlib is importable")
     opts = parser.parse_args(argv)
     opts.library = getattr(opts, "library", None)
     return opts
