@@ -3,6 +3,7 @@
 #define SM70OPS_PLUGIN_CONTEXT_H_
 
 #include "abi/sm70ops.h"
+#include "kernels/common/checked.h"
 #include "plugin/env.h"
 
 struct sm70ops_context {
@@ -13,6 +14,10 @@ struct sm70ops_context {
   sm70ops_log_fn log_fn;
   void *log_user_data;
   sm70_settings settings;
+  /* Checked mode's error record: host and device addresses of one mapped allocation; NULL when
+   * checked mode is off. Kernels write it, execute reads and clears it (atomically). */
+  sm70_checked_error *checked_host;
+  void *checked_device;
   char no_device_note[160];
 };
 
@@ -22,6 +27,10 @@ void sm70_context_destroy(sm70ops_context *ctx);
 /* printf-style logging through the host's callback; dropped when above ctx->log_level. */
 void sm70_log(const sm70ops_context *ctx, sm70ops_log_level level, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The bad index checked mode recorded since the last call, as a status and message; SM70OPS_OK
+ * when there is none (or checked mode is off). Clears the record. */
+sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx);
 
 /* 1 when ctx's compute capability is SM70 or in the SM70OPS_ALLOW_ARCH list. */
 int32_t sm70_context_arch_allowed(const sm70ops_context *ctx);

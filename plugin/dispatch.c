@@ -177,6 +177,9 @@ sm70ops_status sm70_execute(const sm70ops_context *ctx, sm70ops_op op, const voi
   if (plan.reason != SM70OPS_REASON_ACCEPTED) return decline_status(&plan);
   sm70ops_status status = check_workspace(&plan, workspace, workspace_bytes);
   if (status != SM70OPS_OK) return status;
+  status = sm70_context_take_checked_error(ctx);
+  if (status != SM70OPS_OK) return status;
+  plan.checked = ctx->checked_device;
   if (plan.work_items == 0) return sm70_ok();
   status = launch_on_device(ctx, &plan, args, stream, workspace);
   return status == SM70OPS_OK ? sm70_ok() : status;

@@ -18,20 +18,28 @@ static bool_value parse_bool(const char *text) {
   return kBoolMalformed;
 }
 
-/* The boolean switches: variable, where the result goes, and which value means "off". */
+/* The boolean switches: variable, the flag it sets, the parsed value that sets it, and what
+ * setting it does (for the log). */
 typedef struct bool_switch {
   const char *name;
-  size_t field;            /* offsetof(sm70_settings, ...) */
-  int32_t disabling_value; /* the parsed value that turns the thing off */
+  size_t field;     /* offsetof(sm70_settings, ...) */
+  int32_t set_when; /* kBoolOn or kBoolOff */
+  const char *effect;
 } bool_switch;
 
 static const bool_switch kSwitches[] = {
-    {"SM70OPS_DISABLE", offsetof(sm70_settings, plugin_disabled), kBoolOn},
-    {"SM70OPS_DISABLE_QSA_INDEX", offsetof(sm70_settings, qsa_index_disabled), kBoolOn},
-    {"SM70OPS_DISABLE_QSA_ATTN", offsetof(sm70_settings, qsa_attn_disabled), kBoolOn},
-    {"SM70OPS_DISABLE_NVFP4_MOE", offsetof(sm70_settings, nvfp4_moe_disabled), kBoolOn},
+    {"SM70OPS_DISABLE", offsetof(sm70_settings, plugin_disabled), kBoolOn, "plugin off"},
+    {"SM70OPS_DISABLE_QSA_INDEX", offsetof(sm70_settings, qsa_index_disabled), kBoolOn,
+     "qsa_index off"},
+    {"SM70OPS_DISABLE_QSA_ATTN", offsetof(sm70_settings, qsa_attn_disabled), kBoolOn,
+     "qsa_attn off"},
+    {"SM70OPS_DISABLE_NVFP4_MOE", offsetof(sm70_settings, nvfp4_moe_disabled), kBoolOn,
+     "nvfp4_moe off"},
     /* The seed engine's switch keeps its meaning: 0 turns the indexer fast path off. */
-    {"VLLM_SM70_QSA_INDEXER_CUBLAS", offsetof(sm70_settings, qsa_index_disabled), kBoolOff},
+    {"VLLM_SM70_QSA_INDEXER_CUBLAS", offsetof(sm70_settings, qsa_index_disabled), kBoolOff,
+     "qsa_index off"},
+    {"SM70OPS_CHECKED", offsetof(sm70_settings, checked), kBoolOn,
+     "checked mode on: kernels validate page, selection and expert ids"},
 };
 
 static const char kAllowArch[] = "SM70OPS_ALLOW_ARCH";
@@ -53,11 +61,11 @@ static void read_switch(const bool_switch *sw, const char *text, sm70_note_fn no
     turn_plugin_off(s, note, user, line);
     return;
   }
-  int32_t off = (int32_t)v == sw->disabling_value;
-  if (off) *(int32_t *)((char *)s + sw->field) = 1;
-  snprintf(line, sizeof(line), "%s=%s: %s", sw->name, text, off ? "switched off" : "no effect");
+  int32_t set = (int32_t)v == sw->set_when;
+  if (set) *(int32_t *)((char *)s + sw->field) = 1;
+  snprintf(line, sizeof(line), "%s=%s: %s", sw->name, text, set ? sw->effect : "no effect");
   if (note) note(user, SM70OPS_LOG_INFO, line);
-  if (off && sw->field == offsetof(sm70_settings, plugin_disabled)) {
+  if (set && sw->field == offsetof(sm70_settings, plugin_disabled)) {
     snprintf(s->plugin_disabled_note, sizeof(s->plugin_disabled_note), "%s", line);
   }
 }

@@ -15,6 +15,7 @@ typedef struct sm70_settings {
   int32_t qsa_index_disabled;
   int32_t qsa_attn_disabled;
   int32_t nvfp4_moe_disabled; /* covers both MoE ops */
+  int32_t checked;            /* SM70OPS_CHECKED: kernels validate device-side indices */
   int32_t allowed_arch_count;
   int32_t allowed_archs[SM70_MAX_ALLOWED_ARCHS]; /* extra compute capabilities, besides 70 */
   /* Why the plugin is off, naming the variable: "SM70OPS_DISABLE=1" or the malformed value. */

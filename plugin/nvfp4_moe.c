@@ -1,5 +1,7 @@
 /* Op 3, grouped NVFP4 MoE (W4A16), and op 4, its one-time weight repack: argument checks,
  * supported shapes, dispatch. */
+#include "kernels/nvfp4_moe/nvfp4_moe.h"
+
 #include "plugin/op.h"
 
 /* What the fast path runs. The capability check and the dispatch both read this one table. */
@@ -13,12 +15,19 @@ typedef struct nvfp4_moe_shape {
   sm70_launch_fn prepare; /* NULL: the repack is not in this build */
 } nvfp4_moe_shape;
 
+static sm70ops_status launch_nvfp4_moe(const sm70_plan *plan, const void *args, void *stream,
+                                       void *workspace);
+static sm70ops_status launch_prepare(const sm70_plan *plan, const void *args, void *stream,
+                                     void *workspace);
+
 static const nvfp4_moe_shape kShapes[] = {
-    {.max_experts = 512,
-     .max_topk = 16,
-     .h_multiple = 64,
-     .i_multiple = 64,
-     .route = SM70OPS_ROUTE_NVFP4_MOE_WMMA},
+    {.max_experts = SM70_NVFP4_MOE_MAX_EXPERTS,
+     .max_topk = SM70_NVFP4_MOE_MAX_TOPK,
+     .h_multiple = SM70_NVFP4_MOE_DIM_MULTIPLE,
+     .i_multiple = SM70_NVFP4_MOE_DIM_MULTIPLE,
+     .route = SM70OPS_ROUTE_NVFP4_MOE_WMMA,
+     .launch = launch_nvfp4_moe,
+     .prepare = launch_prepare},
 };
 
 enum { kBlock = 16 }; /* NVFP4: one e4m3 scale per 16 weights */
@@ -126,6 +135,31 @@ static const nvfp4_moe_shape *match_shape(const moe_dims *d, int64_t topk, sm70_
   return NULL;
 }
 
+/* The kernels address an expert's weights with 32-bit byte offsets. */
+static int32_t check_expert_size(const moe_dims *d, sm70_plan *plan) {
+  if (d->hidden * d->inter > SM70_NVFP4_MOE_MAX_EXPERT_ELEMENTS) {
+    return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE,
+                        "H x I = %lld x %lld weights per expert matrix exceed the kernels' %lld",
+                        (long long)d->hidden, (long long)d->inter,
+                        (long long)SM70_NVFP4_MOE_MAX_EXPERT_ELEMENTS);
+  }
+  return 1;
+}
+
+static uint64_t prepared_bytes(const moe_dims *d) {
+  return sm70_nvfp4_moe_prepared_bytes((int32_t)d->experts, (int32_t)d->hidden, (int32_t)d->inter);
+}
+
+/* A `prepared` buffer must hold the repacked layout of these dimensions. */
+static int32_t check_prepared_size(const DLTensor *prepared, const moe_dims *d, sm70_plan *plan) {
+  if (prepared == NULL || (uint64_t)prepared->shape[0] >= prepared_bytes(d)) return 1;
+  return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT,
+                      "prepared holds %lld bytes, the repacked weights of E %lld, H %lld, I %lld "
+                      "take %llu (nvfp4_moe_prepare's output_bytes)",
+                      (long long)prepared->shape[0], (long long)d->experts, (long long)d->hidden,
+                      (long long)d->inter, (unsigned long long)prepared_bytes(d));
+}
+
 static int32_t check_weight_bases(const sm70ops_nvfp4_weights *w, sm70_plan *plan) {
   const DLTensor *const tensors[] = {w->w13, w->w13_scale, w->w2, w->w2_scale};
   static const char *const kNames[] = {"w13", "w13_scale", "w2", "w2_scale"};
@@ -162,7 +196,10 @@ static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t
     return;
   }
   const nvfp4_moe_shape *shape = match_shape(&dims, a->topk_ids->shape[1], plan);
-  if (shape == NULL || !check_weight_bases(a->weights, plan)) return;
+  if (shape == NULL || !check_weight_bases(a->weights, plan) || !check_expert_size(&dims, plan) ||
+      !check_prepared_size(a->prepared, &dims, plan)) {
+    return;
+  }
   if (shape->launch == NULL) {
     sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
                  "nvfp4_moe: the SM70 kernel is not in this "
@@ -173,6 +210,9 @@ static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t
   plan->launch = shape->launch;
   plan->shape = shape;
   plan->work_items = a->topk_ids->shape[0];
+  plan->workspace_bytes =
+      sm70_nvfp4_moe_workspace((int32_t)a->topk_ids->shape[0], (int32_t)a->topk_ids->shape[1],
+                               (int32_t)dims.experts, (int32_t)dims.hidden, (int32_t)dims.inter);
 }
 
 static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t need_data,
@@ -193,7 +233,10 @@ static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t n
                                  .shape = {SM70_ANY}};
   if (!sm70_check_tensors(ctx, need_data, &a->prepared, &spec, 1, plan)) return;
   const nvfp4_moe_shape *shape = match_shape(&dims, 1, plan);
-  if (shape == NULL || !check_weight_bases(a->weights, plan)) return;
+  if (shape == NULL || !check_weight_bases(a->weights, plan) || !check_expert_size(&dims, plan) ||
+      !check_prepared_size(a->prepared, &dims, plan)) {
+    return;
+  }
   if (shape->prepare == NULL) {
     sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
                  "nvfp4_moe_prepare: the repack is not in "
@@ -204,6 +247,63 @@ static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t n
   plan->launch = shape->prepare;
   plan->shape = shape;
   plan->work_items = dims.experts;
+  plan->output_bytes = prepared_bytes(&dims);
+}
+
+static const void *data_of(const DLTensor *t) { return sm70_tensor_base(t); }
+
+static sm70_nvfp4_moe_weights checkpoint_weights(const sm70ops_nvfp4_weights *w) {
+  return (sm70_nvfp4_moe_weights){
+      .w13 = data_of(w->w13),
+      .w13_scale = data_of(w->w13_scale),
+      .w13_scale_2 = data_of(w->w13_scale_2),
+      .w2 = data_of(w->w2),
+      .w2_scale = data_of(w->w2_scale),
+      .w2_scale_2 = data_of(w->w2_scale_2),
+  };
+}
+
+static sm70ops_status launch_nvfp4_moe(const sm70_plan *plan, const void *args, void *stream,
+                                       void *workspace) {
+  (void)plan;
+  const sm70ops_nvfp4_moe_args *a = args;
+  const DLTensor *w13 = a->weights->w13;
+  /* With repacked weights the checkpoint tensors only gave the shapes; their data may be NULL. */
+  const sm70_nvfp4_moe_weights none = {0};
+  sm70_nvfp4_moe_params p = {
+      .x = data_of(a->x),
+      .x_row_stride = a->x->strides[0],
+      .topk_ids = data_of(a->topk_ids),
+      .topk_ids_row_stride = a->topk_ids->strides[0],
+      .topk_weights = data_of(a->topk_weights),
+      .topk_weights_row_stride = a->topk_weights->strides[0],
+      .out = (void *)sm70_tensor_base(a->out),
+      .out_row_stride = a->out->strides[0],
+      .weights = a->prepared == NULL ? checkpoint_weights(a->weights) : none,
+      .prepared = a->prepared == NULL ? NULL : data_of(a->prepared),
+      .tokens = (int32_t)a->topk_ids->shape[0],
+      .topk = (int32_t)a->topk_ids->shape[1],
+      .experts = (int32_t)w13->shape[0],
+      .hidden = (int32_t)(w13->shape[2] * 2),
+      .inter = (int32_t)(w13->shape[1] / 2),
+  };
+  return sm70_launch_result("nvfp4_moe", sm70_nvfp4_moe_launch(&p, workspace, stream));
+}
+
+static sm70ops_status launch_prepare(const sm70_plan *plan, const void *args, void *stream,
+                                     void *workspace) {
+  (void)plan;
+  (void)workspace;
+  const sm70ops_nvfp4_moe_prepare_args *a = args;
+  const DLTensor *w13 = a->weights->w13;
+  sm70_nvfp4_moe_prepare_params p = {
+      .weights = checkpoint_weights(a->weights),
+      .prepared = (uint8_t *)sm70_tensor_base(a->prepared),
+      .experts = (int32_t)w13->shape[0],
+      .hidden = (int32_t)(w13->shape[2] * 2),
+      .inter = (int32_t)(w13->shape[1] / 2),
+  };
+  return sm70_launch_result("nvfp4_moe_prepare", sm70_nvfp4_moe_prepare_launch(&p, stream));
 }
 
 const sm70_op sm70_op_nvfp4_moe = {

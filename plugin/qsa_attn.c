@@ -141,7 +141,6 @@ static void *data_of(const DLTensor *t) { return t == NULL ? NULL : sm70_tensor_
 
 static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
                                       void *workspace) {
-  (void)plan;
   (void)workspace;
   const sm70ops_qsa_attn_args *a = args;
   const DLTensor *k = a->k_cache, *v = a->v_cache;
@@ -181,6 +180,7 @@ static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, v
       .max_pages = (int32_t)a->block_table->shape[1],
       .max_seq_len = a->max_seq_len,
       .sel_width = (int32_t)a->sel_blocks->shape[1],
+      .checked = plan->checked,
   };
   return sm70_launch_result("qsa_attn", sm70_qsa_attn_launch(&p, stream));
 }

@@ -213,6 +213,7 @@ static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, 
       .topk = a->topk,
       .sel_width = a->sel_blocks == NULL ? 0 : (int32_t)a->sel_blocks->shape[1],
       .chunk_rows = plan->chunk_rows,
+      .checked = plan->checked,
   };
   return sm70_launch_result("qsa_index", sm70_qsa_index_launch(&p, workspace, stream));
 }

@@ -78,3 +78,22 @@ extern "C" int32_t sm70_cuda_leave(int32_t previous, sm70_cuda_error *err) {
 extern "C" void sm70_cuda_describe(int32_t code, sm70_cuda_error *err) {
   report(static_cast<cudaError_t>(code), "kernel launch", err);
 }
+
+extern "C" int32_t sm70_cuda_alloc_mapped(uint64_t bytes, void **host, void **device,
+                                          sm70_cuda_error *err) {
+  *host = nullptr;
+  *device = nullptr;
+  cudaError_t status = cudaHostAlloc(host, bytes, cudaHostAllocMapped);
+  if (status != cudaSuccess) return report(status, "cudaHostAlloc", err);
+  memset(*host, 0, bytes);
+  status = cudaHostGetDevicePointer(device, *host, 0);
+  if (status != cudaSuccess) {
+    cudaFreeHost(*host);
+    *host = nullptr;
+  }
+  return report(status, "cudaHostGetDevicePointer", err);
+}
+
+extern "C" void sm70_cuda_free_mapped(void *host) {
+  if (host != nullptr) cudaFreeHost(host);
+}

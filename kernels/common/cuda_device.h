@@ -40,6 +40,11 @@ int32_t sm70_cuda_leave(int32_t previous, sm70_cuda_error *err);
 /* Fills `err` with the runtime's name and text for a cudaError_t value. */
 void sm70_cuda_describe(int32_t code, sm70_cuda_error *err);
 
+/* Host memory mapped into the device (checked mode's error record): *host and *device address
+ * the same zeroed bytes. */
+int32_t sm70_cuda_alloc_mapped(uint64_t bytes, void **host, void **device, sm70_cuda_error *err);
+void sm70_cuda_free_mapped(void *host);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/common/block_scan.cuh"
+#include "kernels/common/checked.cuh"
 #include "kernels/qsa_attn/qsa_attn.h"
 
 namespace sm70ops::qsa_attn {
@@ -94,11 +95,14 @@ __device__ bool find_tile(const Params &p, int tile_rows, int slot, Tile *tile) 
   return true;
 }
 
-// Keys row t sees: pos + 1, bounded by max_seq_len.
+// Keys row t sees: pos + 1, bounded by max_seq_len (checked mode reports a clamp).
 __device__ int row_length(const Params &p, int r, int t) {
   const int begin = p.query_start_loc[r];
   const int64_t pos =
       (int64_t)p.seq_lens[r] - (p.query_start_loc[r + 1] - begin) + (int64_t)(t - begin);
+  if (pos + 1 < 0 || pos + 1 > p.max_seq_len) {
+    report_bad_index(p.checked, SM70_CHECKED_SEQ_LEN, t, pos + 1, p.max_seq_len + 1ll);
+  }
   return (int)min(max(pos + 1, (int64_t)0), (int64_t)p.max_seq_len);
 }
 
@@ -139,10 +143,17 @@ __device__ void load_selection(const Params &p, const Tile &tile, Smem<D> &s) {
   for (int r = 0; r < tile.rows; ++r) {
     const int t = s.row_t[r];
     const int live_pages = min((s.row_len[r] + kPage - 1) / kPage, p.max_pages);
-    const int count = min(max(p.sel_count[t], 0), p.sel_width);
+    const int raw_count = p.sel_count[t];
+    if (raw_count < 0 || raw_count > p.sel_width) {
+      report_bad_index(p.checked, SM70_CHECKED_SEL_COUNT, t, raw_count, p.sel_width + 1ll);
+    }
+    const int count = min(max(raw_count, 0), p.sel_width);
     const int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
     for (int e = threadIdx.x; e < count; e += kThreads) {
       const int page = blocks[e];
+      if (page < 0 || page >= p.max_pages) {
+        report_bad_index(p.checked, SM70_CHECKED_SEL_PAGE, t, page, p.max_pages);
+      }
       if (page >= 0 && page < live_pages) atomicOr(&s.row_pages[r][page / 32], 1u << (page % 32));
     }
   }
@@ -242,7 +253,9 @@ __device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem
     for (int r = 0; r < tile.rows; ++r) rows |= (uint32_t)(s.win_mask[i][r] >> bit & 1u) << r;
     const int logical = s.win_page[i];
     const int page = p.block_table[tile.request * p.block_table_stride + logical];
-    if (page >= 0 && page < p.num_pages) {  // an out-of-range page reads as zeros
+    if (page < 0 || page >= p.num_pages) {  // an out-of-range page reads as zeros
+      report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, tile.row0, page, p.num_pages);
+    } else {
       const int kvh = blockIdx.y;
       k_off = page * p.k_page_stride + bit * p.k_token_stride + kvh * p.k_head_stride;
       v_off = page * p.v_page_stride + bit * p.v_token_stride + kvh * p.v_head_stride;

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "kernels/common/checked.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,7 +49,8 @@ typedef struct sm70_qsa_attn_params {
   int32_t num_pages;
   int32_t max_pages;
   int32_t max_seq_len;
-  int32_t sel_width; /* NB */
+  int32_t sel_width;           /* NB */
+  sm70_checked_error *checked; /* device address of checked mode's record, or NULL */
 } sm70_qsa_attn_params;
 
 /* Enqueues the op on `stream` (a cudaStream_t); no workspace. Returns a cudaError_t. */

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "kernels/common/checked.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,15 +39,16 @@ typedef struct sm70_qsa_index_params {
   int64_t sel_blocks_stride;
   uint64_t *sel_mask; /* [T, NB] */
   int64_t sel_mask_stride;
-  int32_t *sel_count;  /* [T] */
-  int32_t rows;        /* T */
-  int32_t requests;    /* R */
-  int32_t num_pages;   /* physical pages in k_index: page ids outside read as zero keys */
-  int32_t max_pages;   /* block_table width */
-  int32_t max_seq_len; /* bound of seq_lens; keys beyond it are never read */
-  int32_t topk;        /* K */
-  int32_t sel_width;   /* NB */
-  int32_t chunk_rows;  /* rows scored per pass, from sm70_qsa_index_workspace */
+  int32_t *sel_count;          /* [T] */
+  int32_t rows;                /* T */
+  int32_t requests;            /* R */
+  int32_t num_pages;           /* physical pages in k_index: page ids outside read as zero keys */
+  int32_t max_pages;           /* block_table width */
+  int32_t max_seq_len;         /* bound of seq_lens; keys beyond it are never read */
+  int32_t topk;                /* K */
+  int32_t sel_width;           /* NB */
+  int32_t chunk_rows;          /* rows scored per pass, from sm70_qsa_index_workspace */
+  sm70_checked_error *checked; /* device address of checked mode's record, or NULL */
 } sm70_qsa_index_params;
 
 /* Workspace bytes for T rows against max_seq_len keys when at most `cap_bytes` may be used;

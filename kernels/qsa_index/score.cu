@@ -98,9 +98,12 @@ __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Works
 }
 
 // Keys key0 .. key0+31 of request r (one page), or nullptr when the page id is out of range.
-__device__ const __half *key_group(const Params &p, int r, int key0) {
+__device__ const __half *key_group(const Params &p, int r, int row, int key0) {
   const int page = p.block_table[r * p.block_table_stride + key0 / kPage];
-  if (page < 0 || page >= p.num_pages) return nullptr;
+  if (page < 0 || page >= p.num_pages) {
+    report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, row, page, p.num_pages);
+    return nullptr;
+  }
   const uint16_t *k = p.k_index + page * p.k_page_stride + (key0 % kPage) * p.k_token_stride;
   return reinterpret_cast<const __half *>(k);
 }
@@ -209,7 +212,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int g = first + warp; g < first + groups_per_block && g * stride < len; g += kWarps) {
     const int key0 = g * stride;
     Acc acc[kHeads][kKeyFrags];
-    score_group(s, key_group(p, tile.request, key0), p.k_token_stride, acc);
+    score_group(s, key_group(p, tile.request, tile.row0, key0), p.k_token_stride, acc);
 #pragma unroll
     for (int f = 0; f < kKeyFrags; ++f) {
       Acc sum;

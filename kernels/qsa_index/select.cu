@@ -130,11 +130,16 @@ struct RecomputedRow {
   int64_t token_stride;
   int num_pages;
   int len;
+  int row;
+  sm70_checked_error *checked;
   const SelectSmem *s;
 
   __device__ float score(int j) const {
     const int page = pages[j / kPage];
-    if (page < 0 || page >= num_pages) return 0.f;  // as the scorer: zero keys
+    if (page < 0 || page >= num_pages) {  // as the scorer: zero keys
+      report_bad_index(checked, SM70_CHECKED_PAGE_ID, row, page, num_pages);
+      return 0.f;
+    }
     const uint4 *k =
         reinterpret_cast<const uint4 *>(k_index + page * page_stride + (j % kPage) * token_stride);
     float dot[kHeads] = {0.f, 0.f, 0.f, 0.f};
@@ -349,6 +354,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                             p.k_token_stride,
                             p.num_pages,
                             len,
+                            t,
+                            p.checked,
                             &s};
     rescue(row, p.topk, s);
   }

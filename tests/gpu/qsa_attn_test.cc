@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -358,6 +359,37 @@ TEST(SM70_QsaAttnRobust, EightStreamsEqualSerial) {
         return run;
       },
       8);
+}
+
+// Checked mode: a block table entry past the cache is skipped (reads as zero keys) and reported
+// by the next execute on the context; without checked mode it is skipped silently.
+TEST(SM70_QsaAttnChecked, BadPageIdReportedByTheNextCall) {
+  SM70OPS_REQUIRE_GPU();
+  Inputs in = MakeInputs(kRobustCase);
+  in.meta.block_table[3] = in.num_pages + 7;  // request 0's page 3: selected by its rows
+  for (const bool checked : {true, false}) {
+    SCOPED_TRACE(checked ? "checked" : "unchecked");
+    setenv("SM70OPS_CHECKED", checked ? "1" : "0", 1);
+    Plugin plugin;
+    unsetenv("SM70OPS_CHECKED");
+    ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+    AttnRun run(kRobustCase, in, 0.0625f);
+    ASSERT_TRUE(run.Accepted(plugin));
+    EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
+    Synchronize();
+    const sm70ops_status next = run.Execute(plugin, nullptr);
+    Synchronize();
+    if (checked) {
+      EXPECT_EQ(next, SM70OPS_ERR_INDEX_OUT_OF_RANGE);
+      EXPECT_NE(std::string(plugin.api().last_error()).find("block_table page id"),
+                std::string::npos)
+          << plugin.api().last_error();
+      EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << "the report is given once";
+      Synchronize();
+    } else {
+      EXPECT_EQ(next, SM70OPS_OK) << plugin.api().last_error();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -361,6 +362,26 @@ TEST(SM70_QsaIndexRobust, EightStreamsEqualSerial) {
         return run;
       },
       8);
+}
+
+// Checked mode: a block table entry past the cache reads as zero keys and is reported by the
+// next execute on the context.
+TEST(SM70_QsaIndexChecked, BadPageIdReportedByTheNextCall) {
+  SM70OPS_REQUIRE_GPU();
+  Inputs in = MakeInputs(kRobustCase, 7);
+  in.meta.block_table[5] = in.num_pages + 7;  // request 0's page 5, below its context
+  setenv("SM70OPS_CHECKED", "1", 1);
+  Plugin plugin;
+  unsetenv("SM70OPS_CHECKED");
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  IndexRun run(kRobustCase, in);
+  ASSERT_TRUE(run.Accepted(plugin));
+  run.Poison(nullptr);
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
+  Synchronize();
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_ERR_INDEX_OUT_OF_RANGE);
+  EXPECT_NE(std::string(plugin.api().last_error()).find("block_table page id"), std::string::npos)
+      << plugin.api().last_error();
 }
 
 INSTANTIATE_TEST_SUITE_P(

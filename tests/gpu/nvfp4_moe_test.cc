@@ -1,0 +1,445 @@
+// SM70_Nvfp4Moe: the plugin's grouped NVFP4 MoE against the CPU reference (tests/ref) on fresh
+// random quantized weights, outputs, workspace and repacked weights poisoned before each run.
+// Checked per case: rel-L2 <= 5e-3 (ops.md, op 3) and no NaN/Inf; two runs bit-identical; the
+// prepared layout (op 4, then op 3 with the checkpoint data pointers NULL) bit-identical to the
+// checkpoint layout. One case also runs the op captured in a CUDA graph.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/gpu/gpu_env.h"
+#include "tests/ref/half.h"
+#include "tests/ref/nvfp4_ref.h"
+
+namespace sm70ops_gpu {
+namespace {
+
+using sm70ops::ref::Nvfp4MoeWeights;
+
+enum class Routing {
+  kUniform,  // distinct experts per token, uniformly drawn
+  kSkewed,   // expert 0 takes slot 0 of every even token; the last third of experts get nothing
+  kInvalid,  // skewed, and about one slot in seven holds an id outside [0, E)
+};
+
+struct Case {
+  std::string name;
+  int tokens, experts, topk, hidden, inter;
+  Routing routing = Routing::kUniform;
+  int x_row_pad = 0;    // extra halves between rows of x and of out: strided views
+  int ids_row_pad = 0;  // extra entries between rows of topk_ids and topk_weights
+  bool from_floats = false;  // weights through the ModelOpt quantizer instead of random codes
+  bool graph = false;        // also capture execute in a CUDA graph
+};
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
+
+constexpr DLDataType kU8{kDLUInt, 8, 1};
+
+// ---- Inputs -------------------------------------------------------------------------------------
+
+struct Inputs {
+  Nvfp4MoeWeights w;
+  std::vector<uint16_t> x;          // [T, H] dense
+  std::vector<int32_t> ids;         // [T, k] dense, as the GPU sees them
+  std::vector<float> weights;       // [T, k]
+  std::vector<int32_t> ref_ids;     // ids outside [0, E) as (0, weight 0): contribute nothing
+  std::vector<float> ref_weights;
+};
+
+uint64_t Next(uint64_t &state) {  // splitmix64: the weights of E = 512 are hundreds of MB
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void RandomBytes(std::vector<uint8_t> &out, size_t n, uint64_t &state) {
+  out.resize(n);
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t v = Next(state);
+    for (size_t b = 0; b < 8 && i + b < n; ++b) out[i + b] = uint8_t(v >> (8 * b));
+  }
+}
+
+// Mostly normal e4m3 scales 0.5..448, some subnormal and zero ones (the decode's edge cases).
+void RandomScales(std::vector<uint8_t> &out, size_t n, uint64_t &state) {
+  out.resize(n);
+  for (auto &code : out) {
+    const uint64_t v = Next(state);
+    const int pick = int(v & 255);
+    if (pick == 0) {
+      code = 0x00;
+    } else if (pick < 4) {
+      code = uint8_t(1 + (v >> 8) % 7);  // subnormal: m x 2^-9
+    } else {
+      code = uint8_t(0x30 + (v >> 8) % (0x7e - 0x30 + 1));
+    }
+  }
+}
+
+// RMS of the e2m1 values of uniform codes, and of the scale distribution above.
+double CodeRms() {
+  double sum = 0;
+  for (int c = 0; c < 16; ++c) sum += std::pow(sm70ops::ref::e2m1_decode(uint8_t(c)), 2);
+  return std::sqrt(sum / 16);
+}
+
+double ScaleRms() {
+  double sum = 0;
+  for (int c = 0x30; c <= 0x7e; ++c) sum += std::pow(sm70ops::ref::e4m3_decode(uint8_t(c)), 2);
+  return std::sqrt(sum / (0x7e - 0x30 + 1));
+}
+
+// scale_2 that gives dot products over K inputs of RMS `in_rms` an RMS of about `out_rms`.
+float Scale2(int k, double in_rms, double out_rms, uint64_t &state) {
+  const double jitter = 0.5 + double(Next(state) % 1000) / 1000.0;
+  return float(out_rms / (std::sqrt(double(k)) * in_rms * CodeRms() * ScaleRms()) * jitter);
+}
+
+// Random codes in the checkpoint layout: cheap for E = 512, where quantizing floats is not.
+Nvfp4MoeWeights RandomCodes(const Case &c, uint64_t &state) {
+  const size_t e = c.experts, h = c.hidden, i = c.inter;
+  Nvfp4MoeWeights w{c.experts, c.hidden, c.inter, {}, {}, {}, {}, {}, {}};
+  RandomBytes(w.w13, e * 2 * i * h / 2, state);
+  RandomScales(w.w13_scale, e * 2 * i * h / 16, state);
+  RandomBytes(w.w2, e * h * i / 2, state);
+  RandomScales(w.w2_scale, e * h * i / 16, state);
+  for (size_t x = 0; x < 2 * e; ++x) w.w13_scale_2.push_back(Scale2(c.hidden, 1.0, 2.0, state));
+  for (size_t x = 0; x < e; ++x) w.w2_scale_2.push_back(Scale2(c.inter, 2.0, 1.0, state));
+  return w;
+}
+
+Nvfp4MoeWeights QuantizedFloats(const Case &c, std::mt19937 &rng) {
+  const size_t e = c.experts, h = c.hidden, i = c.inter;
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> w13(e * 2 * i * h), w2(e * h * i);
+  const float s13 = 2.f / std::sqrt(float(h)), s2 = 1.f / std::sqrt(float(i));
+  for (float &v : w13) v = normal(rng) * s13;
+  for (float &v : w2) v = normal(rng) * s2;
+  return sm70ops::ref::nvfp4_quantize_moe(w13, w2, c.experts, c.hidden, c.inter);
+}
+
+// Distinct experts per token drawn from [first, last), slot 0 of even tokens pinned to expert 0
+// when skewed.
+void Route(const Case &c, std::mt19937 &rng, Inputs &in) {
+  const bool skewed = c.routing != Routing::kUniform;
+  const int last = skewed ? std::max(c.topk + 1, c.experts * 2 / 3) : c.experts;
+  std::vector<int32_t> pool(last);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::normal_distribution<float> logit(0.f, 1.f);
+  std::uniform_int_distribution<int> seventh(0, 6), bad(0, 2);
+  for (int t = 0; t < c.tokens; ++t) {
+    std::shuffle(pool.begin() + (skewed ? 1 : 0), pool.end(), rng);
+    const bool pinned = skewed && t % 2 == 0;
+    std::vector<float> w(c.topk);
+    float sum = 0;
+    for (float &v : w) sum += (v = std::exp(logit(rng)));
+    for (int j = 0; j < c.topk; ++j) {
+      int32_t id = pinned ? pool[j] : pool[j + 1];  // pool[0] is expert 0 when skewed
+      if (c.routing == Routing::kInvalid && seventh(rng) == 0) {
+        const int32_t kBad[] = {-1, c.experts, 1 << 30};
+        id = kBad[bad(rng)];
+      }
+      const bool valid = id >= 0 && id < c.experts;
+      in.ids.push_back(id);
+      in.weights.push_back(w[j] / sum);
+      in.ref_ids.push_back(valid ? id : 0);
+      in.ref_weights.push_back(valid ? w[j] / sum : 0.f);
+    }
+  }
+}
+
+Inputs MakeInputs(const Case &c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  uint64_t state = seed;
+  Inputs in;
+  in.w = c.from_floats ? QuantizedFloats(c, rng) : RandomCodes(c, state);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  in.x.resize(size_t(c.tokens) * c.hidden);
+  for (auto &h : in.x) h = sm70ops::ref::float_to_half(normal(rng));
+  Route(c, rng, in);
+  return in;
+}
+
+// The reference over slices of tokens in parallel (each slice dequantizes its own experts).
+std::vector<double> Reference(const Case &c, const Inputs &in) {
+  const int threads = std::max(1, std::min<int>(16, int(std::thread::hardware_concurrency())));
+  const int slice = (c.tokens + threads - 1) / threads;
+  std::vector<double> out(size_t(c.tokens) * c.hidden);
+  std::vector<std::thread> pool;
+  for (int t0 = 0; t0 < c.tokens; t0 += slice) {
+    pool.emplace_back([&, t0] {
+      const int t1 = std::min(c.tokens, t0 + slice);
+      const size_t h = c.hidden, k = c.topk;
+      const std::vector<uint16_t> x(in.x.begin() + t0 * h, in.x.begin() + t1 * h);
+      const std::vector<int32_t> ids(in.ref_ids.begin() + t0 * k, in.ref_ids.begin() + t1 * k);
+      const std::vector<float> w(in.ref_weights.begin() + t0 * k, in.ref_weights.begin() + t1 * k);
+      const std::vector<double> part = sm70ops::ref::nvfp4_moe_ref(x, ids, w, c.topk, in.w);
+      std::copy(part.begin(), part.end(), out.begin() + t0 * h);
+    });
+  }
+  for (auto &t : pool) t.join();
+  return out;
+}
+
+// ---- Device side --------------------------------------------------------------------------------
+
+template <typename T>
+DeviceBuffer Uploaded(const std::vector<T> &host) {
+  DeviceBuffer buf(host.size() * sizeof(T));
+  buf.Upload(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+// Rows of `dense` [rows, cols] at `stride` elements, after `offset` elements of padding.
+template <typename T>
+std::vector<T> Strided(const std::vector<T> &dense, int64_t rows, int64_t cols, int64_t stride,
+                       int64_t offset, T fill) {
+  std::vector<T> out(offset + rows * stride, fill);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(&dense[r * cols], cols, &out[offset + r * stride]);
+  }
+  return out;
+}
+
+// Everything on the device for one case, and the argument structs that point at it.
+class Device {
+ public:
+  Device(const Case &c, const Inputs &in)
+      : c_(c),
+        x_stride_(c.hidden + c.x_row_pad),
+        k_stride_(c.topk + c.ids_row_pad),
+        x_(Uploaded(Strided<uint16_t>(in.x, c.tokens, c.hidden, x_stride_, kOffset, 0x7e00))),
+        ids_(Uploaded(Strided<int32_t>(in.ids, c.tokens, c.topk, k_stride_, 0, -7))),
+        weights_(Uploaded(Strided<float>(in.weights, c.tokens, c.topk, k_stride_, 0, NAN))),
+        out_(size_t(kOffset + int64_t(c.tokens) * x_stride_) * 2),
+        w13_(Uploaded(in.w.w13)),
+        w13_scale_(Uploaded(in.w.w13_scale)),
+        w13_scale_2_(Uploaded(in.w.w13_scale_2)),
+        w2_(Uploaded(in.w.w2)),
+        w2_scale_(Uploaded(in.w.w2_scale)),
+        w2_scale_2_(Uploaded(in.w.w2_scale_2)) {
+    const int64_t t = c.tokens, k = c.topk, e = c.experts, h = c.hidden, i = c.inter;
+    views_.reserve(4);  // a View points into itself: no reallocation may move one
+    weight_views_.reserve(6);
+    shape_views_.reserve(6);
+    views_.emplace_back(x_.data(), kF16, std::vector<int64_t>{t, h},
+                        std::vector<int64_t>{x_stride_, 1}, kOffset * 2);
+    views_.emplace_back(ids_.data(), kI32, std::vector<int64_t>{t, k},
+                        std::vector<int64_t>{k_stride_, 1});
+    views_.emplace_back(weights_.data(), kF32, std::vector<int64_t>{t, k},
+                        std::vector<int64_t>{k_stride_, 1});
+    views_.emplace_back(out_.data(), kF16, std::vector<int64_t>{t, h},
+                        std::vector<int64_t>{x_stride_, 1}, kOffset * 2);
+    AddWeight(w13_, kU8, {e, 2 * i, h / 2});
+    AddWeight(w13_scale_, kU8, {e, 2 * i, h / 16});
+    AddWeight(w13_scale_2_, kF32, {e, 2});
+    AddWeight(w2_, kU8, {e, h, i / 2});
+    AddWeight(w2_scale_, kU8, {e, h, i / 16});
+    AddWeight(w2_scale_2_, kF32, {e});
+  }
+
+  // Op 3's arguments; with `prepared` the checkpoint tensors keep their shapes, not their data.
+  sm70ops_nvfp4_moe_args MoeArgs(const DLTensor *prepared, sm70ops_nvfp4_weights &w) const {
+    w = Weights(prepared == nullptr);
+    sm70ops_nvfp4_moe_args a = {};
+    a.struct_size = sizeof(a);
+    a.x = views_[0].get(), a.topk_ids = views_[1].get(), a.topk_weights = views_[2].get();
+    a.out = views_[3].get();
+    a.weights = &w;
+    a.prepared = prepared;
+    return a;
+  }
+
+  sm70ops_nvfp4_weights Weights(bool with_data) const {
+    const std::vector<View> &v = with_data ? weight_views_ : shape_views_;
+    sm70ops_nvfp4_weights w = {};
+    w.struct_size = sizeof(w);
+    w.w13 = v[0].get(), w.w13_scale = v[1].get(), w.w13_scale_2 = v[2].get();
+    w.w2 = v[3].get(), w.w2_scale = v[4].get(), w.w2_scale_2 = v[5].get();
+    return w;
+  }
+
+  DeviceBuffer &out() { return out_; }
+
+  // out as [T, H] halves.
+  std::vector<uint16_t> DownloadOut() const {
+    std::vector<uint16_t> strided(size_t(kOffset + int64_t(c_.tokens) * x_stride_));
+    out_.Download(strided.data(), strided.size() * 2);
+    std::vector<uint16_t> dense(size_t(c_.tokens) * c_.hidden);
+    for (int64_t t = 0; t < c_.tokens; ++t) {
+      std::copy_n(&strided[kOffset + t * x_stride_], c_.hidden, &dense[t * c_.hidden]);
+    }
+    return dense;
+  }
+
+ private:
+  static constexpr int64_t kOffset = 64;  // halves before row 0 of x and out: a byte_offset
+
+  void AddWeight(const DeviceBuffer &buf, DLDataType dtype, std::vector<int64_t> shape) {
+    weight_views_.emplace_back(buf.data(), dtype, shape, DenseStrides(shape));
+    shape_views_.emplace_back(nullptr, dtype, shape, DenseStrides(shape));
+  }
+
+  const Case &c_;
+  int64_t x_stride_, k_stride_;
+  DeviceBuffer x_, ids_, weights_, out_;
+  DeviceBuffer w13_, w13_scale_, w13_scale_2_, w2_, w2_scale_, w2_scale_2_;
+  std::vector<View> views_, weight_views_, shape_views_;
+};
+
+sm70ops_decision Decide(const Plugin &plugin, sm70ops_op op, const void *args) {
+  sm70ops_decision d = {};
+  d.struct_size = sizeof(d);
+  EXPECT_EQ(plugin.api().check(plugin.ctx(), op, args, &d), SM70OPS_OK);
+  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+  return d;
+}
+
+// One execute of op 3 with out and a fresh workspace poisoned (NaN in fp16 and fp32).
+std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev, const DLTensor *prepared) {
+  sm70ops_nvfp4_weights w;
+  const sm70ops_nvfp4_moe_args args = dev.MoeArgs(prepared, w);
+  const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
+  if (!d.accepted) return {};
+  DeviceBuffer workspace(d.workspace_bytes);
+  workspace.Poison(0xff);
+  dev.out().Poison(0xff);
+  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE, &args, nullptr,
+                                 workspace.data(), d.workspace_bytes),
+            SM70OPS_OK)
+      << plugin.api().last_error();
+  Synchronize();
+  return dev.DownloadOut();
+}
+
+// Op 4 into a poisoned buffer, then op 3 on it.
+std::vector<uint16_t> RunPrepared(const Plugin &plugin, Device &dev) {
+  sm70ops_nvfp4_weights w = dev.Weights(true);
+  sm70ops_nvfp4_moe_prepare_args prep = {};
+  prep.struct_size = sizeof(prep);
+  prep.weights = &w;
+  const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE_PREPARE, &prep);
+  if (!d.accepted) return {};
+  EXPECT_GT(d.output_bytes, 0u);
+  DeviceBuffer prepared(d.output_bytes);
+  prepared.Poison(0xa5);
+  View view(prepared.data(), kU8, {int64_t(d.output_bytes)}, {1});
+  prep.prepared = view.get();
+  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE_PREPARE, &prep, nullptr,
+                                 nullptr, 0),
+            SM70OPS_OK)
+      << plugin.api().last_error();
+  return RunMoe(plugin, dev, view.get());
+}
+
+// The same execute captured in a CUDA graph on a non-default stream, then replayed.
+std::vector<uint16_t> RunCaptured(const Plugin &plugin, Device &dev) {
+  sm70ops_nvfp4_weights w;
+  const sm70ops_nvfp4_moe_args args = dev.MoeArgs(nullptr, w);
+  const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
+  DeviceBuffer workspace(d.workspace_bytes);
+  workspace.Poison(0xff);
+  dev.out().Poison(0xff);
+  cudaStream_t stream;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const sm70ops_status status = plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE, &args,
+                                                     stream, workspace.data(), d.workspace_bytes);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_EQ(status, SM70OPS_OK) << plugin.api().last_error();
+  cudaGraphExec_t exec = nullptr;
+  if (graph != nullptr && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+    EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+  } else {
+    ADD_FAILURE() << "graph capture or instantiation failed";
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return dev.DownloadOut();
+}
+
+struct Error {
+  double rel_l2 = 0, max_abs = 0;
+  int64_t non_finite = 0;
+};
+
+Error Compare(const std::vector<uint16_t> &gpu, const std::vector<double> &ref) {
+  Error e;
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = sm70ops::ref::half_to_float(gpu[i]);
+    if (!std::isfinite(g)) {
+      ++e.non_finite;
+      continue;
+    }
+    err2 += (g - ref[i]) * (g - ref[i]);
+    ref2 += ref[i] * ref[i];
+    e.max_abs = std::max(e.max_abs, std::abs(g - ref[i]));
+  }
+  e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return e;
+}
+
+class SM70_Nvfp4Moe : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SM70_Nvfp4Moe, MatchesReference) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Case &c = GetParam();
+  const Inputs in = MakeInputs(c, uint32_t(std::hash<std::string>{}(c.name)));
+  Device dev(c, in);
+  const std::vector<uint16_t> first = RunMoe(plugin, dev, nullptr);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<uint16_t> second = RunMoe(plugin, dev, nullptr);
+  EXPECT_TRUE(first == second) << "two runs differ";
+  const std::vector<uint16_t> prepared = RunPrepared(plugin, dev);
+  EXPECT_TRUE(first == prepared) << "the prepared layout gives another result";
+  if (c.graph) {
+    const std::vector<uint16_t> captured = RunCaptured(plugin, dev);
+    EXPECT_TRUE(first == captured) << "the graph replay gives another result";
+  }
+  const Error e = Compare(first, Reference(c, in));
+  EXPECT_EQ(e.non_finite, 0) << "NaN/Inf outputs (the reference has none)";
+  EXPECT_LE(e.rel_l2, 5e-3) << "rel-L2 against the fp64 reference";
+  std::printf("  T %d, E %d, top-%d, H %d, I %d: rel-L2 %.3g, max |err| %.3g\n", c.tokens,
+              c.experts, c.topk, c.hidden, c.inter, e.rel_l2, e.max_abs);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SM70_Nvfp4Moe,
+    ::testing::Values(
+        // TP4 (I = 128) and TP1 (I = 512) ranks of the model, all 512 experts, decode-like T.
+        Case{"tp4_t1_e512", 1, 512, 10, 2048, 128},
+        Case{"tp1_t7_e512", 7, 512, 10, 2048, 512, Routing::kUniform, 0, 0, false, true},
+        // Skewed routing (expert 0 takes half the tokens, a third of the experts none), strided
+        // x / out / topk views; narrow M tiles (few rows per expert).
+        Case{"tp4_t64_skewed_strided", 64, 64, 10, 2048, 128, Routing::kSkewed, 24, 3},
+        Case{"tp1_t64_skewed", 64, 32, 8, 2048, 512, Routing::kSkewed},
+        // Wide M tiles (>= 64 rows per expert on average).
+        Case{"tp4_t1000_skewed", 1000, 32, 4, 2048, 128, Routing::kSkewed, 8},
+        Case{"tp1_t1000", 1000, 16, 2, 1024, 512},
+        Case{"t8192_quantized_floats", 8192, 16, 2, 256, 128, Routing::kSkewed, 0, 0, true},
+        // Ids outside [0, E) contribute nothing; H and I not multiples of the 256/128-row N
+        // tiles (partial weight tiles).
+        Case{"invalid_ids_partial_tiles", 100, 8, 3, 192, 64, Routing::kInvalid, 8, 1},
+        // More tokens than one pass (16384): two passes over the weights.
+        Case{"two_passes", 16484, 4, 2, 64, 64, Routing::kSkewed, 0, 0, true}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sm70ops_gpu
