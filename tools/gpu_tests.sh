@@ -2,11 +2,13 @@
 # GPU tests and benchmarks on a machine with a CUDA GPU but no Bazel (the device machine).
 #   bash tools/gpu_tests.sh pack   here: build (default config) and copy the binaries to .device/
 #   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
+#   bash tools/gpu_tests.sh sanitize  there: the GPU tests under compute-sanitizer's memcheck,
+#                                  racecheck, initcheck and synccheck; a table of errors found
 # On a GPU other than a V100 the plugin declines by design; the run sets SM70OPS_ALLOW_ARCH to
 # the device's compute capability, for validation only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:lifecycle_gpu_test)
+tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:lifecycle_gpu_test //tests/gpu:nvfp4_moe_test)
 
 label_path() { local l=${1#//}; echo "${l/://}"; }  # //a/b:c -> a/b/c
 
@@ -19,11 +21,15 @@ pack() {
   echo "gpu_tests: packed $(ls .device | wc -l) files into .device/"
 }
 
-run() {
+use_device() {
   local cc
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
   export SM70OPS_LIBRARY=$PWD/.device/libsm70ops.so
   [ "$cc" != 70 ] && export SM70OPS_ALLOW_ARCH=$cc && echo "gpu_tests: compute capability $cc: SM70OPS_ALLOW_ARCH=$cc (validation only)"
+}
+
+run() {
+  use_device
   local passed=0 failed=0 skipped=0
   for t in "${tests[@]}"; do
     local name xml
@@ -44,8 +50,33 @@ PY
   echo "gpu: $passed passed, $failed failed, $skipped skipped"
 }
 
+# Every tool over every test binary, but the cases whose CPU reference or cycle count would take
+# minutes under instrumentation (131072-token contexts, the 1000 load cycles): kernels and
+# launch shapes are the same in the cases that remain.
+sanitize() {
+  use_device
+  local filter='-*131072*:*ThousandOpenClose*'
+  local errors=0
+  printf '%-12s %-22s %s\n' tool test result
+  for tool in memcheck racecheck initcheck synccheck; do
+    for t in "${tests[@]}"; do
+      local name log summary
+      name=$(basename "$(label_path "$t")")
+      log=${OUT:-/tmp}/sanitize-$tool-$name.log
+      compute-sanitizer --tool "$tool" --print-limit 10 ".device/$name" --gtest_filter="$filter" >"$log" 2>&1
+      summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | tail -n 1 | sed 's/=* *//')
+      grep -q "FAILED TEST" "$log" && summary="$summary; test failures"
+      printf '%-12s %-22s %s\n' "$tool" "$name" "${summary:-no summary: see $log}"
+      grep -qE "SUMMARY: 0 (errors|hazards)" <<<"$summary" || errors=$((errors + 1))
+      grep -q "FAILED TEST" "$log" && errors=$((errors + 1))
+    done
+  done
+  echo "sanitize: $errors tool runs with errors"
+}
+
 case "${1:-}" in
   pack) pack ;;
   run) run ;;
-  *) echo "usage: $0 pack|run" >&2; exit 64 ;;
+  sanitize) sanitize ;;
+  *) echo "usage: $0 pack|run|sanitize" >&2; exit 64 ;;
 esac
