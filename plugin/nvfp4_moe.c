@@ -265,7 +265,6 @@ static sm70_nvfp4_moe_weights checkpoint_weights(const sm70ops_nvfp4_weights *w)
 
 static sm70ops_status launch_nvfp4_moe(const sm70_plan *plan, const void *args, void *stream,
                                        void *workspace) {
-  (void)plan;
   const sm70ops_nvfp4_moe_args *a = args;
   const DLTensor *w13 = a->weights->w13;
   /* With repacked weights the checkpoint tensors only gave the shapes; their data may be NULL. */
@@ -286,6 +285,7 @@ static sm70ops_status launch_nvfp4_moe(const sm70_plan *plan, const void *args, 
       .experts = (int32_t)w13->shape[0],
       .hidden = (int32_t)(w13->shape[2] * 2),
       .inter = (int32_t)(w13->shape[1] / 2),
+      .checked = plan->checked,
   };
   return sm70_launch_result("nvfp4_moe", sm70_nvfp4_moe_launch(&p, workspace, stream));
 }

@@ -61,7 +61,13 @@ def _cuda_objects_impl(ctx):
         ctx.actions.run_shell(
             inputs = [src] + ctx.files.hdrs,
             outputs = [obj],
-            command = "PATH={} {} {}".format(toolchain.path, toolchain.nvcc, " ".join(args)),
+            # A private TMPDIR: sandboxed actions run in their own PID namespaces, so nvcc's
+            # pid-named temporaries in a shared /tmp collide between parallel actions.
+            command = "tmp=$(mktemp -d) && TMPDIR=$tmp PATH={} {} {}; rc=$?; rm -rf $tmp; exit $rc".format(
+                toolchain.path,
+                toolchain.nvcc,
+                " ".join(args),
+            ),
             mnemonic = "Nvcc",
             progress_message = "nvcc (sm_{}) {}".format(",".join(toolchain.archs), src.short_path),
         )

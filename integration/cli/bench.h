@@ -48,5 +48,6 @@ void bench_print_row(const char *label, const char *work, double ms, bench_work 
 
 int bench_qsa_index(const sm70ops_host *h, const bench_ceiling *device);
 int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device);
+int bench_nvfp4_moe(const sm70ops_host *h, const bench_ceiling *device);
 
 #endif /* SM70OPS_INTEGRATION_CLI_BENCH_H_ */

@@ -194,12 +194,13 @@ static int64_t tensor_bytes(const DLTensor *t) {
   return elements * t->dtype.bits / 8;
 }
 
-/* `prepared` is sized like the checkpoint's payload and scales: check reports the real size
- * (output_bytes) only for a descriptor that already has one. */
+/* `prepared` is sized like the checkpoint's payload and scales plus each expert's scale_2 (the
+ * repacked layout at these shapes): check reports the real size (output_bytes) only for a
+ * descriptor that already has one. */
 static void build_nvfp4_moe_prepare(model_call *call, const model_shape *m) {
   const sm70ops_nvfp4_weights *w = add_weights(call, m);
   int64_t bytes = tensor_bytes(w->w13) + tensor_bytes(w->w13_scale) + tensor_bytes(w->w2) +
-                  tensor_bytes(w->w2_scale);
+                  tensor_bytes(w->w2_scale) + 16 * (int64_t)m->experts;
   call->args.nvfp4_moe_prepare = (sm70ops_nvfp4_moe_prepare_args){
       .struct_size = sizeof(sm70ops_nvfp4_moe_prepare_args),
       .weights = w,

@@ -15,6 +15,7 @@ static const struct {
 } kBenches[] = {
     {SM70OPS_OP_QSA_INDEX, bench_qsa_index},
     {SM70OPS_OP_QSA_ATTN, bench_qsa_attn},
+    {SM70OPS_OP_NVFP4_MOE, bench_nvfp4_moe},
 };
 
 static bench_fn bench_for(sm70ops_op op) {

@@ -161,8 +161,10 @@ class PrepareCase : public CaseBuilder {
     a_.struct_size = sizeof(a_);
     Weights(w_);
     a_.weights = &w_;
-    // As many bytes as the checkpoint tensors: a plausible repacked size.
-    const int64_t bytes = kExperts * (2 * kInter * kHidden * 9 / 16 + kHidden * kInter * 9 / 16);
+    // As many bytes as the checkpoint tensors, plus each expert's three fp32 scale_2 (16 bytes
+    // with padding): a plausible repacked size.
+    const int64_t bytes =
+        kExperts * (2 * kInter * kHidden * 9 / 16 + kHidden * kInter * 9 / 16 + 16);
     // Optional to check(), which a host asks for output_bytes before allocating the buffer.
     Add("prepared", &a_.prepared, U8(), {bytes}, false, true);
   }

@@ -2,12 +2,14 @@
 // random quantized weights, outputs, workspace and repacked weights poisoned before each run.
 // Checked per case: rel-L2 <= 5e-3 (ops.md, op 3) and no NaN/Inf; two runs bit-identical; the
 // prepared layout (op 4, then op 3 with the checkpoint data pointers NULL) bit-identical to the
-// checkpoint layout. One case also runs the op captured in a CUDA graph.
+// checkpoint layout. One case also runs the op captured in a CUDA graph; checked mode reports an
+// expert id outside [0, E).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <ostream>
@@ -35,8 +37,8 @@ struct Case {
   std::string name;
   int tokens, experts, topk, hidden, inter;
   Routing routing = Routing::kUniform;
-  int x_row_pad = 0;    // extra halves between rows of x and of out: strided views
-  int ids_row_pad = 0;  // extra entries between rows of topk_ids and topk_weights
+  int x_row_pad = 0;         // extra halves between rows of x and of out: strided views
+  int ids_row_pad = 0;       // extra entries between rows of topk_ids and topk_weights
   bool from_floats = false;  // weights through the ModelOpt quantizer instead of random codes
   bool graph = false;        // also capture execute in a CUDA graph
 };
@@ -45,14 +47,14 @@ void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
 constexpr DLDataType kU8{kDLUInt, 8, 1};
 
-// ---- Inputs -------------------------------------------------------------------------------------
+// ---- Inputs
 
 struct Inputs {
   Nvfp4MoeWeights w;
-  std::vector<uint16_t> x;          // [T, H] dense
-  std::vector<int32_t> ids;         // [T, k] dense, as the GPU sees them
-  std::vector<float> weights;       // [T, k]
-  std::vector<int32_t> ref_ids;     // ids outside [0, E) as (0, weight 0): contribute nothing
+  std::vector<uint16_t> x;       // [T, H] dense
+  std::vector<int32_t> ids;      // [T, k] dense, as the GPU sees them
+  std::vector<float> weights;    // [T, k]
+  std::vector<int32_t> ref_ids;  // ids outside [0, E) as (0, weight 0): contribute nothing
   std::vector<float> ref_weights;
 };
 
@@ -192,7 +194,7 @@ std::vector<double> Reference(const Case &c, const Inputs &in) {
   return out;
 }
 
-// ---- Device side --------------------------------------------------------------------------------
+// ---- Device side
 
 template <typename T>
 DeviceBuffer Uploaded(const std::vector<T> &host) {
@@ -336,9 +338,9 @@ std::vector<uint16_t> RunPrepared(const Plugin &plugin, Device &dev) {
   prepared.Poison(0xa5);
   View view(prepared.data(), kU8, {int64_t(d.output_bytes)}, {1});
   prep.prepared = view.get();
-  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE_PREPARE, &prep, nullptr,
-                                 nullptr, 0),
-            SM70OPS_OK)
+  EXPECT_EQ(
+      plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE_PREPARE, &prep, nullptr, nullptr, 0),
+      SM70OPS_OK)
       << plugin.api().last_error();
   return RunMoe(plugin, dev, view.get());
 }
@@ -360,7 +362,7 @@ std::vector<uint16_t> RunCaptured(const Plugin &plugin, Device &dev) {
   EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   EXPECT_EQ(status, SM70OPS_OK) << plugin.api().last_error();
   cudaGraphExec_t exec = nullptr;
-  if (graph != nullptr && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+  if (graph != nullptr && cudaGraphInstantiateWithFlags(&exec, graph, 0) == cudaSuccess) {
     EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     cudaGraphExecDestroy(exec);
@@ -418,6 +420,30 @@ TEST_P(SM70_Nvfp4Moe, MatchesReference) {
   EXPECT_LE(e.rel_l2, 5e-3) << "rel-L2 against the fp64 reference";
   std::printf("  T %d, E %d, top-%d, H %d, I %d: rel-L2 %.3g, max |err| %.3g\n", c.tokens,
               c.experts, c.topk, c.hidden, c.inter, e.rel_l2, e.max_abs);
+}
+
+// Checked mode: an id outside [0, E) contributes nothing and is reported by the next execute on
+// the context.
+TEST(SM70_Nvfp4MoeChecked, BadExpertIdReportedByTheNextCall) {
+  SM70OPS_REQUIRE_GPU();
+  const Case c{"checked", 16, 8, 2, 128, 64};
+  Inputs in = MakeInputs(c, 11);
+  in.ids[5] = c.experts + 3;
+  setenv("SM70OPS_CHECKED", "1", 1);
+  Plugin plugin;
+  unsetenv("SM70OPS_CHECKED");
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  Device dev(c, in);
+  RunMoe(plugin, dev, nullptr);
+  sm70ops_nvfp4_weights w;
+  const sm70ops_nvfp4_moe_args args = dev.MoeArgs(nullptr, w);
+  const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
+  DeviceBuffer workspace(d.workspace_bytes);
+  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE, &args, nullptr,
+                                 workspace.data(), d.workspace_bytes),
+            SM70OPS_ERR_INDEX_OUT_OF_RANGE);
+  EXPECT_NE(std::string(plugin.api().last_error()).find("topk_ids expert id"), std::string::npos)
+      << plugin.api().last_error();
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -119,10 +119,12 @@ def _nvfp4_moe(m, c, device):
 
 
 def _nvfp4_moe_prepare(m, device):
-    """`prepared` is sized like the checkpoint's payload and scales: check reports the real size
+    """`prepared` is sized like the checkpoint's payload and scales plus each expert's scale_2
+    (16 bytes with padding; the repacked layout at these shapes): check reports the real size
     (output_bytes) only for a descriptor that already has one."""
     shapes = weight_shapes(m)
     total = sum(math.prod(shapes[name][0]) for name in ("w13", "w13_scale", "w2", "w2_scale"))
+    total += 16 * m.experts
     args = ops.nvfp4_moe_prepare(_weights(m, device), describe((total,), "uint8", device))
     return args, f"{m.experts} experts"
 

@@ -64,7 +64,7 @@ def test_nvfp4_moe_structs_point_at_the_weights():
     assert [w.w2_scale.contents.shape[i] for i in range(3)] == [512, 2048, 8]
     prepare = model.model_call("nvfp4_moe_prepare", 8192)[0].struct
     assert prepare.prepared.contents.shape[0] == 512 * (256 * 1024 + 256 * 128 + 2048 * 64
-                                                        + 2048 * 8)
+                                                        + 2048 * 8 + 16)
 
 
 def test_qsa_attn_struct():

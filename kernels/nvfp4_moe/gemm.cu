@@ -1,0 +1,409 @@
+// The grouped W4A16 GEMMs on tensor cores. One block = one M tile of one expert's sorted pairs
+// (blockIdx.y indexes the tile table of route.cu; entries past the last tile exit) x one N tile of
+// 256 weight rows (blockIdx.x). Per K step of 64:
+//   - A: the tile's rows, gathered x rows (gate/up) or contiguous activation rows (down), fp16;
+//   - B: the weight tile's FP4 payload and e4m3 scales, decoded to fp16 into shared memory;
+//   - 4 WMMA k-steps per warp on a (M/2) x 64 warp tile, fp32 accumulation.
+// The next step's global loads are issued into registers before this step's MMAs.
+//   gate/up epilogue: a = silu(gate * s2_gate) * (up * s2_up), fp16, into the workspace;
+//   down epilogue:    router weight * s2 * acc, fp32, into the pair's row of the partials.
+//
+// Decode: e2m1 x e4m3 is exact in fp16 but can reach 6 x 448 = 2688 and fall to 2^-10, so the
+// weights go to the MMA as w x 2^-7 (every such value is an exact binary16) and the epilogue
+// multiplies by scale_2 x 2^7 in fp32.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstring>
+
+#include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
+
+namespace sm70ops::nvfp4_moe {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr float kDecodeScale = 128.0f;  // 2^7: what the decoded fp16 weights leave out
+
+// ---- FP4 decode
+
+__device__ __forceinline__ __half2 as_half2(uint32_t bits) {
+  __half2 h;
+  memcpy(&h, &bits, sizeof(h));
+  return h;
+}
+
+__device__ __forceinline__ uint32_t as_bits(__half2 h) {
+  uint32_t bits;
+  memcpy(&bits, &h, sizeof(bits));
+  return bits;
+}
+
+// Two e4m3 bytes (bits 0-7, 8-15) -> (s0, s1) x 2^7. The e4m3 exponent and mantissa placed in a
+// binary16's bits 13-7 read as s x 2^-8, normals and subnormals alike; x 2^15 is exact.
+__device__ __forceinline__ __half2 scales_to_half2(uint32_t two) {
+  const uint32_t z = __byte_perm(two, 0u, 0x4140);  // byte 0 -> lane 0, byte 1 -> lane 1
+  const uint32_t bits = ((z & 0x007f007fu) << 7) | ((z & 0x00800080u) << 8);
+  return __hmul2(as_half2(bits), as_half2(0x78007800u));  // 2^15, 2^15
+}
+
+// A word whose lanes hold an e2m1 code in bits 15-12 and 31-28 -> the two values x 2^-14: the
+// sign stays, the magnitude bits e1 e0 m move to bits 11-9 (exponent e, mantissa m; e = 0 is the
+// subnormal m x 2^-15, i.e. 0.5 x 2^-14). Then x (scale x 2^7).
+__device__ __forceinline__ uint32_t decode_pair(uint32_t y, __half2 scale) {
+  const uint32_t bits = (y & 0x80008000u) | ((y >> 3) & 0x0e000e00u);
+  return as_bits(__hmul2(as_half2(bits), scale));
+}
+
+// Eight codes (low nibble = lower k) -> eight fp16 weights x 2^-7, in k order. Byte i of q holds
+// k = 2i (low nibble) and 2i+1; q << 4 puts k = 2i in the high nibble of its byte i.
+__device__ __forceinline__ uint4 decode8(uint32_t q, __half2 scale) {
+  const uint32_t q4 = q << 4;
+  uint4 out;
+  out.x = decode_pair(__byte_perm(q4, q, 0x4400), scale);
+  out.y = decode_pair(__byte_perm(q4, q, 0x5511), scale);
+  out.z = decode_pair(__byte_perm(q4, q, 0x6622), scale);
+  out.w = decode_pair(__byte_perm(q4, q, 0x7733), scale);
+  return out;
+}
+
+// 32 consecutive k of one weight row (16 payload bytes, two scales) into shared memory.
+__device__ __forceinline__ void decode32(uint4 raw, uint32_t scales, uint4 *dst) {
+  const __half2 s = scales_to_half2(scales);
+  const __half2 lo = __low2half2(s), hi = __high2half2(s);
+  dst[0] = decode8(raw.x, lo);
+  dst[1] = decode8(raw.y, lo);
+  dst[2] = decode8(raw.z, hi);
+  dst[3] = decode8(raw.w, hi);
+}
+
+// ---- Configuration
+
+enum class Gemm { kGateUp, kDown };
+
+template <Gemm kKind, int kTileM>
+struct Config {
+  static constexpr int kHalves = kKind == Gemm::kGateUp ? 2 : 1;
+  static constexpr int kWarpM = kTileM / kWarpsM;  // 16 or 32 rows per warp
+  static constexpr int kFragsM = kWarpM / kFrag;
+  static constexpr int kAChunks = kTileM * kTileK / 8 / kThreads;  // 16-byte A loads per thread
+  static_assert(kFragsM >= 1 && kAChunks >= 1, "M tile");
+};
+
+using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major>;
+using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major>;
+using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+
+template <int kTileM>
+struct GemmSmem {
+  static constexpr int kTileBytes = (kTileM + kTileN) * kLd * 2;
+  static constexpr int kStageBytes = kWarpsM * kWarpsN * kFrag * kFrag * 4;
+  // The A and B tiles during the main loop, each warp's epilogue fragment after it.
+  alignas(32) unsigned char buf[kTileBytes > kStageBytes ? kTileBytes : kStageBytes];
+  int4 tile;                // the tile table entry, kept here for the epilogue
+  int32_t row_ref[kTileM];  // gate/up: the row's token; down: its pair; -1 past the tile's rows
+  float row_scale[kTileM];  // down: router weight x scale_2 x 2^7
+
+  __device__ __half *a(int row, int col) {
+    return reinterpret_cast<__half *>(buf) + row * kLd + col;
+  }
+  __device__ __half *b(int row, int col) {
+    return reinterpret_cast<__half *>(buf) + (kTileM + row) * kLd + col;
+  }
+  __device__ float *stage(int warp) {
+    return reinterpret_cast<float *>(buf) + warp * kFrag * kFrag;
+  }
+};
+static_assert(sizeof(GemmSmem<kWideTileM>) <= 48 * 1024, "static shared memory, two blocks/SM");
+
+// ---- Main loop
+
+// One K step of this thread's loads, held in registers until the shared tiles are free.
+template <int kAChunks>
+struct Staged {
+  uint4 a[kAChunks];
+  uint4 b[2];
+  uint32_t scales[2];
+};
+
+template <Gemm kKind, int kTileM>
+struct Loader {
+  using C = Config<kKind, kTileM>;
+  // Step 0 of the thread's A pieces: gathered x rows each have a pointer; the activation rows of
+  // the down GEMM are contiguous, piece i sits kThreads / 8 rows below piece i - 1.
+  static constexpr bool kGathered = kKind == Gemm::kGateUp;
+  const uint4 *a[kGathered ? C::kAChunks : 1];
+  bool a_valid[C::kAChunks];  // the piece's row is one of the tile's rows
+  const uint8_t *packed;      // step 0 of weight row r, row half h (row r + 128: Operand)
+  const uint8_t *scales;
+  bool valid[2];  // rows r and r + 128 hold weights (not past I or H)
+
+  __device__ const uint4 *a_piece(const Params &p, int i) const {
+    return kGathered ? a[i] : a[0] + (int64_t)i * (kThreads / 8) * (p.inter / 8);
+  }
+
+  __device__ void load_a(const Params &p, int kt, Staged<C::kAChunks> &st) const {
+#pragma unroll
+    for (int i = 0; i < C::kAChunks; ++i) {
+      st.a[i] = make_uint4(0, 0, 0, 0);
+      if (a_valid[i]) st.a[i] = __ldg(a_piece(p, i) + kt * (kTileK / 8));
+    }
+  }
+
+  __device__ void load_b(const Operand &b, int kt, Staged<C::kAChunks> &st) const {
+    const uint8_t *row_packed = packed + kt * b.packed_step;
+    const uint8_t *row_scales = scales + kt * b.scales_step;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      st.b[q] = make_uint4(0, 0, 0, 0);
+      st.scales[q] = 0;
+      if (valid[q]) {
+        st.b[q] = __ldg(reinterpret_cast<const uint4 *>(row_packed + q * b.packed_second));
+        st.scales[q] =
+            __ldg(reinterpret_cast<const unsigned short *>(row_scales + q * b.scales_second));
+      }
+    }
+  }
+};
+
+// A piece i of this thread: 16 bytes of row (tid + i * kThreads) / 8.
+__device__ __forceinline__ int a_row(int i) { return (threadIdx.x + i * kThreads) / 8; }
+__device__ __forceinline__ int a_col(int i) { return (threadIdx.x + i * kThreads) % 8 * 8; }
+// B pieces: rows tid / 2 and tid / 2 + 128, row half tid % 2.
+__device__ __forceinline__ int b_row(int q) { return threadIdx.x / 2 + q * (kTileN / 2); }
+__device__ __forceinline__ int b_half() { return threadIdx.x & 1; }
+
+template <Gemm kKind, int kTileM>
+__device__ Loader<kKind, kTileM> make_loader(const Params &p, const Workspace &w, const Operand &b,
+                                             const int4 &tile, GemmSmem<kTileM> &s) {
+  using C = Config<kKind, kTileM>;
+  Loader<kKind, kTileM> l;
+#pragma unroll
+  for (int i = 0; i < C::kAChunks; ++i) {
+    const int row = a_row(i), col = a_col(i);
+    l.a_valid[i] = row < tile.z;
+    if (kKind == Gemm::kGateUp) {
+      const int64_t token = l.a_valid[i] ? s.row_ref[row] : 0;
+      l.a[i] = reinterpret_cast<const uint4 *>(p.x + token * p.x_row_stride + col);
+    } else if (i == 0) {
+      l.a[0] = reinterpret_cast<const uint4 *>(w.act + (int64_t)(tile.y + row) * p.inter + col);
+    }
+  }
+  const RowSource first = row_source<C::kHalves>(b, tile.x, blockIdx.x, b_row(0), b_half());
+  l.packed = first.packed;
+  l.scales = first.scales;
+  l.valid[0] = first.valid;
+  l.valid[1] = row_source<C::kHalves>(b, tile.x, blockIdx.x, b_row(1), b_half()).valid;
+  return l;
+}
+
+template <Gemm kKind, int kTileM>
+__device__ void store_stage(const Staged<Config<kKind, kTileM>::kAChunks> &st,
+                            GemmSmem<kTileM> &s) {
+#pragma unroll
+  for (int i = 0; i < Config<kKind, kTileM>::kAChunks; ++i) {
+    *reinterpret_cast<uint4 *>(s.a(a_row(i), a_col(i))) = st.a[i];
+  }
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    decode32(st.b[q], st.scales[q], reinterpret_cast<uint4 *>(s.b(b_row(q), b_half() * 32)));
+  }
+}
+
+// Shared B row of warp column wn's fragment f. Gate/up: fragments 0-1 gate, 2-3 the same
+// columns of up (tile rows 128..255).
+template <Gemm kKind>
+__device__ __forceinline__ int b_frag_row(int wn, int f) {
+  if (kKind == Gemm::kGateUp) return (f / 2) * (kTileN / 2) + wn * (kWarpN / 2) + (f % 2) * kFrag;
+  return wn * kWarpN + f * kFrag;
+}
+
+template <Gemm kKind, int kTileM>
+__device__ void mma_tile(GemmSmem<kTileM> &s, Acc (&acc)[Config<kKind, kTileM>::kFragsM][kFragsN]) {
+  using C = Config<kKind, kTileM>;
+  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+#pragma unroll 1
+  for (int ks = 0; ks < kTileK; ks += kFrag) {
+    FragA a[C::kFragsM];
+#pragma unroll
+    for (int fm = 0; fm < C::kFragsM; ++fm) {
+      wmma::load_matrix_sync(a[fm], s.a(wm * C::kWarpM + fm * kFrag, ks), kLd);
+    }
+#pragma unroll
+    for (int fn = 0; fn < kFragsN; ++fn) {
+      FragB b;
+      wmma::load_matrix_sync(b, s.b(b_frag_row<kKind>(wn, fn), ks), kLd);
+#pragma unroll
+      for (int fm = 0; fm < C::kFragsM; ++fm) wmma::mma_sync(acc[fm][fn], a[fm], b, acc[fm][fn]);
+    }
+  }
+}
+
+// ---- Epilogues
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  return as_bits(__floats2half2_rn(lo, hi));
+}
+
+// Each lane of a warp takes 8 consecutive columns of one row of the staged 16 x 16 fragment.
+__device__ __forceinline__ int stage_row() { return (threadIdx.x & 31) / 2; }
+__device__ __forceinline__ int stage_col() { return (threadIdx.x & 1) * 8; }
+
+template <int kTileM, int kFragsM>
+__device__ void store_activation(const Params &p, const Workspace &w, const Operand &b,
+                                 const int4 &tile, GemmSmem<kTileM> &s,
+                                 Acc (&acc)[kFragsM][kFragsN]) {
+  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const float gate_scale = b.scale_2[(int64_t)tile.x * b.scale_2_stride] * kDecodeScale;
+  const float up_scale = b.scale_2[(int64_t)tile.x * b.scale_2_stride + 1] * kDecodeScale;
+  float *stage = s.stage(warp);
+#pragma unroll
+  for (int fm = 0; fm < kFragsM; ++fm) {
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      Acc &gate = acc[fm][f];
+      const Acc &up = acc[fm][f + 2];  // same columns, same element layout
+#pragma unroll
+      for (int i = 0; i < gate.num_elements; ++i) {
+        const float g = gate.x[i] * gate_scale;
+        // silu(g) = g / (1 + e^-g); a far negative g gives e^-g = inf and the quotient 0.
+        gate.x[i] = __fdividef(g, 1.0f + __expf(-g)) * (up.x[i] * up_scale);
+      }
+      wmma::store_matrix_sync(stage, gate, kFrag, wmma::mem_row_major);
+      __syncwarp();
+      const int row = wm * (kFragsM * kFrag) + fm * kFrag + stage_row();
+      const int col = blockIdx.x * (kTileN / 2) + wn * (kWarpN / 2) + f * kFrag + stage_col();
+      if (row < tile.z && col < p.inter) {
+        const float4 lo =
+            *reinterpret_cast<const float4 *>(stage + stage_row() * kFrag + stage_col());
+        const float4 hi =
+            *reinterpret_cast<const float4 *>(stage + stage_row() * kFrag + stage_col() + 4);
+        const uint4 out = make_uint4(pack_half2(lo.x, lo.y), pack_half2(lo.z, lo.w),
+                                     pack_half2(hi.x, hi.y), pack_half2(hi.z, hi.w));
+        *reinterpret_cast<uint4 *>(w.act + (int64_t)(tile.y + row) * p.inter + col) = out;
+      }
+      __syncwarp();
+    }
+  }
+}
+
+template <int kTileM, int kFragsM>
+__device__ void store_partials(const Params &p, const Workspace &w, const int4 &tile,
+                               GemmSmem<kTileM> &s, Acc (&acc)[kFragsM][kFragsN]) {
+  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+  float *stage = s.stage(warp);
+#pragma unroll
+  for (int fm = 0; fm < kFragsM; ++fm) {
+#pragma unroll
+    for (int fn = 0; fn < kFragsN; ++fn) {
+      wmma::store_matrix_sync(stage, acc[fm][fn], kFrag, wmma::mem_row_major);
+      __syncwarp();
+      const int row = wm * (kFragsM * kFrag) + fm * kFrag + stage_row();
+      const int col = blockIdx.x * kTileN + wn * kWarpN + fn * kFrag + stage_col();
+      if (row < tile.z && col < p.hidden) {
+        const float scale = s.row_scale[row];
+        float4 lo = *reinterpret_cast<const float4 *>(stage + stage_row() * kFrag + stage_col());
+        float4 hi =
+            *reinterpret_cast<const float4 *>(stage + stage_row() * kFrag + stage_col() + 4);
+        lo = make_float4(lo.x * scale, lo.y * scale, lo.z * scale, lo.w * scale);
+        hi = make_float4(hi.x * scale, hi.y * scale, hi.z * scale, hi.w * scale);
+        float4 *dst =
+            reinterpret_cast<float4 *>(w.partial + (int64_t)s.row_ref[row] * p.hidden + col);
+        dst[0] = lo;
+        dst[1] = hi;
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// Prologue: what each row of the tile refers to (token, or pair and its router weight).
+template <Gemm kKind, int kTileM>
+__device__ void load_rows(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                          const int4 &tile, GemmSmem<kTileM> &s) {
+  const int row = threadIdx.x;
+  if (row == 0) s.tile = tile;
+  if (row >= kTileM) return;
+  const int pair = row < tile.z ? w.sorted[tile.y + row] : -1;
+  const int t = pair / p.topk, j = pair - t * p.topk;
+  if (kKind == Gemm::kGateUp) {
+    s.row_ref[row] = pair < 0 ? -1 : pass.token0 + t;
+    return;
+  }
+  s.row_ref[row] = pair;
+  float scale = 0.0f;
+  if (pair >= 0) {
+    const float weight = p.topk_weights[(int64_t)(pass.token0 + t) * p.topk_weights_row_stride + j];
+    scale = weight * b.scale_2[(int64_t)tile.x * b.scale_2_stride] * kDecodeScale;
+  }
+  s.row_scale[row] = scale;
+}
+
+template <Gemm kKind, int kTileM>
+__global__ void __launch_bounds__(kThreads, 2)
+    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b) {
+  using C = Config<kKind, kTileM>;
+  __shared__ GemmSmem<kTileM> s;
+  const int4 tile = w.tiles[blockIdx.y];
+  if (tile.x < 0) return;  // past the last tile of this pass
+  load_rows<kKind>(p, pass, w, b, tile, s);
+  __syncthreads();
+  const Loader<kKind, kTileM> loader = make_loader<kKind>(p, w, b, tile, s);
+  Acc acc[C::kFragsM][kFragsN];
+#pragma unroll
+  for (int fm = 0; fm < C::kFragsM; ++fm)
+#pragma unroll
+    for (int fn = 0; fn < kFragsN; ++fn) wmma::fill_fragment(acc[fm][fn], 0.0f);
+  Staged<C::kAChunks> staged;
+  loader.load_a(p, 0, staged);
+  loader.load_b(b, 0, staged);
+  for (int kt = 0; kt < b.k_tiles; ++kt) {
+    store_stage<kKind>(staged, s);
+    __syncthreads();
+    const bool more = kt + 1 < b.k_tiles;
+    // The weights of the next step (DRAM) are in flight during the MMAs; its A rows, mostly L2
+    // hits, are loaded after them, which keeps the A registers free while the fragments are live.
+    if (more) loader.load_b(b, kt + 1, staged);
+    mma_tile<kKind>(s, acc);
+    if (more) loader.load_a(p, kt + 1, staged);
+    __syncthreads();  // the tiles are rewritten next step, or become the epilogue's stage
+  }
+  // Epilogue (the tile entry is read back from shared memory: no register holds it across the
+  // main loop)
+  if (kKind == Gemm::kGateUp) {
+    store_activation(p, w, b, s.tile, s, acc);
+  } else {
+    store_partials(p, w, s.tile, s, acc);
+  }
+}
+
+template <Gemm kKind, int kTileM>
+void launch_gemm(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                 cudaStream_t stream) {
+  auto kernel = nvfp4_moe_gemm_wmma<kKind, kTileM>;
+  // Two blocks of 46 KB per SM need the largest shared-memory carveout.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  kernel<<<dim3(b.n_tiles, pass.max_tiles), kThreads, 0, stream>>>(p, pass, w, b);
+}
+
+}  // namespace
+
+void launch_gate_up(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                    cudaStream_t stream) {
+  if (pass.tile_m == kWideTileM) {
+    launch_gemm<Gemm::kGateUp, kWideTileM>(p, pass, w, b, stream);
+  } else {
+    launch_gemm<Gemm::kGateUp, kNarrowTileM>(p, pass, w, b, stream);
+  }
+}
+
+void launch_down(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                 cudaStream_t stream) {
+  if (pass.tile_m == kWideTileM) {
+    launch_gemm<Gemm::kDown, kWideTileM>(p, pass, w, b, stream);
+  } else {
+    launch_gemm<Gemm::kDown, kNarrowTileM>(p, pass, w, b, stream);
+  }
+}
+
+}  // namespace sm70ops::nvfp4_moe

@@ -1,0 +1,178 @@
+// What the NVFP4 MoE kernels share: the tile configuration and its rationale, the workspace and
+// prepared layouts, the weight operand of the GEMMs, and the launchers nvfp4_moe.cu strings
+// together (see the pipeline there).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/nvfp4_moe/nvfp4_moe.h"
+
+namespace sm70ops::nvfp4_moe {
+
+using Params = sm70_nvfp4_moe_params;
+
+constexpr int kMaxExperts = SM70_NVFP4_MOE_MAX_EXPERTS;
+constexpr int kMaxTopk = SM70_NVFP4_MOE_MAX_TOPK;
+
+// ---- Grouping (route.cu)
+// A sort block takes 4096 consecutive pairs: 8 warps x 16 steps of 32. Few enough blocks (64 at
+// 16384 tokens x top-16) that one thread per expert scans their counts in a short loop.
+constexpr int kSortWarps = 8;
+constexpr int kSortSteps = 16;
+constexpr int kSortWarpPairs = kSortSteps * 32;
+constexpr int kSortPairs = kSortWarps * kSortWarpPairs;
+constexpr int kScanThreads = kMaxExperts;  // one per expert
+
+// ---- Grouped GEMMs (gemm.cu)
+// Tuning for the decode-heavy W4A16 case. Every weight element is decoded once per M tile, and
+// experts hold few rows: T x top-k / E is 10 at T = 512 and 160 at T = 8192 (E = 512, top-10).
+//   - N tile 256: each block reads and decodes a 256-row weight tile, and its A tile (gathered x
+//     rows, or the fused activation) is read once per 256 columns. At I = 128 the whole W13 of an
+//     expert (128 gate + 128 up rows) is one N tile, so each routed x row is gathered once; a
+//     warp's 4 B fragments per A fragment give 0.75 fragment loads per MMA from shared memory.
+//   - K tile 64: one 16-byte load per half row of the payload (32 k), two e4m3 scales with it;
+//     46 KB of shared memory at M = 64, so two blocks (16 warps) share a V100 SM.
+//   - M tile 64 or 32, picked per pass from the mean rows per expert (kWideTileMinRows): 64 halves
+//     the decode and B traffic per row once experts fill it; below that the last, mostly padded
+//     tile of every expert costs more tensor-core time than the decode saves, and the decode-bound
+//     small-T regime keeps its MMAs short.
+//   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in
+//     flight during this tile's MMAs; a second shared buffer would cost the second block per SM.
+constexpr int kThreads = 256;  // 8 warps: 2 along M x 4 along N
+constexpr int kWarpsM = 2;
+constexpr int kWarpsN = 4;
+constexpr int kTileN = 256;
+constexpr int kTileK = 64;
+constexpr int kWideTileM = 64;
+constexpr int kNarrowTileM = 32;
+constexpr int kWideTileMinRows = 64;  // mean routed rows per expert that selects kWideTileM
+constexpr int kFrag = 16;             // WMMA m16n16k16
+constexpr int kLd = kTileK + 8;       // halves per shared row: the pad staggers rows over banks
+constexpr int kWarpN = kTileN / kWarpsN;
+constexpr int kFragsN = kWarpN / kFrag;
+static_assert(kWarpsM * kWarpsN * 32 == kThreads, "warp grid");
+static_assert(kFragsN == 4, "W13 warps hold two gate and two up fragments");
+
+// A weight tile for one K step: 256 rows x 64 k = 256 x 32 payload bytes and 256 x 4 scale bytes,
+// one 16-byte load per thread and row half.
+constexpr int kTilePackedBytes = kTileN * kTileK / 2;
+constexpr int kTileScaleBytes = kTileN * kTileK / 16;
+static_assert(kTilePackedBytes / 16 == 2 * kThreads, "two 16-byte payload loads per thread");
+
+// Passes: at most this many tokens at once, which bounds the workspace (the fp32 partials of one
+// pass, 16384 x 10 x 2048 x 4 B = 1.3 GB at TP1) at one more read of the weights per pass.
+constexpr int kChunkTokens = 16384;
+
+// ---- Weights
+// The B operand of one GEMM: N = kHalves x half_rows weight rows of K each, per expert. W13 has
+// two halves (gate, up) of I rows and K = H; a block's N tile takes 128 rows of each, so one warp
+// holds gate and up of the same columns. W2 has one half of H rows and K = I.
+struct Operand {
+  const uint8_t *packed;  // checkpoint tensor, or the prepared section
+  const uint8_t *scales;
+  const float *scale_2;  // scale_2[e * scale_2_stride + half]
+  int32_t scale_2_stride;
+  int32_t prepared;   // 1: tile-contiguous prepared layout
+  int32_t half_rows;  // I (W13) or H (W2)
+  int32_t k;          // H (W13) or I (W2)
+  int32_t n_tiles;    // ceil(half_rows / (kTileN / kHalves))
+  int32_t k_tiles;    // k / kTileK
+  // Byte distances, the same for every thread (kernel parameters, not registers): from a thread's
+  // row r to its row r + 128, and from one K step to the next. 32-bit: H x I <= 2^30.
+  int32_t packed_second, scales_second;
+  int32_t packed_step, scales_step;
+};
+
+// Where one thread's weight row r (0..255 in the block's N tile) and row half h (32 k of 64) live
+// for K step 0; later steps add kt x packed_step and kt x scale_step.
+struct RowSource {
+  const uint8_t *packed;
+  const uint8_t *scales;
+  bool valid;  // false for rows past I or H in the last N tile: they read as zeros
+};
+
+template <int kHalves>
+__host__ __device__ inline RowSource row_source(const Operand &b, int e, int nt, int r, int h) {
+  constexpr int kGroup = kTileN / kHalves;
+  const int half = r / kGroup, col = nt * kGroup + r % kGroup;
+  RowSource s;
+  s.valid = col < b.half_rows;
+  if (b.prepared) {
+    const int64_t tile = ((int64_t)e * b.n_tiles + nt) * b.k_tiles;
+    s.packed = b.packed + tile * kTilePackedBytes + r * (kTileK / 2) + h * 16;
+    s.scales = b.scales + tile * kTileScaleBytes + r * (kTileK / 16) + h * 2;
+  } else {
+    const int64_t row = (int64_t)e * kHalves * b.half_rows + (int64_t)half * b.half_rows + col;
+    s.packed = b.packed + row * (b.k / 2) + h * 16;
+    s.scales = b.scales + row * (b.k / 16) + h * 2;
+  }
+  return s;
+}
+
+// Byte offsets of the prepared sections (each a multiple of 1 KiB, so aligned).
+struct PreparedLayout {
+  uint64_t w13, w13_scale, w2, w2_scale, scale_2, total;
+  int32_t n_tiles13, k_tiles13, n_tiles2, k_tiles2;
+};
+
+inline PreparedLayout prepared_layout(int experts, int hidden, int inter) {
+  PreparedLayout l;
+  l.n_tiles13 = (inter + kTileN / 2 - 1) / (kTileN / 2);
+  l.k_tiles13 = hidden / kTileK;
+  l.n_tiles2 = (hidden + kTileN - 1) / kTileN;
+  l.k_tiles2 = inter / kTileK;
+  const uint64_t tiles13 = (uint64_t)experts * l.n_tiles13 * l.k_tiles13;
+  const uint64_t tiles2 = (uint64_t)experts * l.n_tiles2 * l.k_tiles2;
+  l.w13 = 0;
+  l.w13_scale = l.w13 + tiles13 * kTilePackedBytes;
+  l.w2 = l.w13_scale + tiles13 * kTileScaleBytes;
+  l.w2_scale = l.w2 + tiles2 * kTilePackedBytes;
+  l.scale_2 = l.w2_scale + tiles2 * kTileScaleBytes;
+  l.total = l.scale_2 + (uint64_t)experts * 4 * sizeof(float);
+  return l;
+}
+constexpr int kPreparedScale2Stride = 4;  // gate, up, w2, 0
+
+// The B operands of both GEMMs: the prepared layout when `prepared` is not NULL, else `w`.
+Operand gate_up_operand(const sm70_nvfp4_moe_weights &w, const uint8_t *prepared, int experts,
+                        int hidden, int inter);
+Operand down_operand(const sm70_nvfp4_moe_weights &w, const uint8_t *prepared, int experts,
+                     int hidden, int inter);
+
+// ---- One pass over at most kChunkTokens tokens
+struct Pass {
+  int32_t token0;       // first token of the pass
+  int32_t tokens;       // tokens in it
+  int32_t pairs;        // tokens x top-k: (token, slot) pairs, pass-local index t * k + j
+  int32_t sort_blocks;  // ceil(pairs / kSortPairs)
+  int32_t tile_m;       // kWideTileM or kNarrowTileM
+  int32_t max_tiles;    // bound of the M tiles: pairs / tile_m + min(E, pairs)
+};
+
+// Workspace of one pass (sized for the largest); pieces 256-byte aligned.
+struct Workspace {
+  int32_t *block_counts;   // [sort_blocks, E]: counts, then their exclusive prefix per expert
+  int32_t *expert_offset;  // [E]: first position of the expert's pairs in `sorted`
+  int4 *tiles;             // [max_tiles]: (expert, first sorted position, rows, 0); expert -1: none
+  int32_t *sorted;         // [pairs]: pair indices grouped by expert, ascending within one
+  uint16_t *act;           // [pairs, I] fp16: silu(gate) * up, by sorted position
+  float *partial;          // [pairs, H] fp32: router weight x expert output, by pair index
+};
+
+Workspace carve_workspace(void *base, const Params &p, int32_t capacity_tokens);
+uint64_t workspace_bytes(const Params &p, int32_t capacity_tokens);
+
+// Launchers of one pass, in pipeline order.
+void launch_route(const Params &p, const Pass &pass, const Workspace &w, cudaStream_t stream);
+void launch_gate_up(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                    cudaStream_t stream);
+void launch_down(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                 cudaStream_t stream);
+void launch_combine(const Params &p, const Pass &pass, const Workspace &w, cudaStream_t stream);
+
+// The repack (prepare.cu).
+void launch_prepare(const sm70_nvfp4_moe_prepare_params &p, cudaStream_t stream);
+
+}  // namespace sm70ops::nvfp4_moe

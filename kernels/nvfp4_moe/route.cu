@@ -1,0 +1,163 @@
+// Grouping of the routed (token, slot) pairs by expert, with static launch shapes and a stable,
+// deterministic order (ascending pair index within an expert):
+//   count    each sort block histograms its 4096 pairs per warp (match-any ranks, no atomics);
+//   scan     one block: per expert, the exclusive prefix of the blocks' counts; the experts'
+//            offsets; the M tiles of every expert and a tile table the GEMMs index by blockIdx.y;
+//   scatter  each sort block ranks its pairs again and writes them to their sorted positions.
+// Ids outside [0, E) are dropped here: they reach no GEMM, and the combine skips them. Checked
+// mode records the first one (count pass).
+#include "kernels/common/block_scan.cuh"
+#include "kernels/common/checked.cuh"
+#include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
+
+namespace sm70ops::nvfp4_moe {
+namespace {
+
+struct RouteSmem {
+  int32_t hist[kSortWarps][kMaxExperts];  // 16 KB: per warp, then the warp's next position
+};
+
+// The expert of pass-local pair `pair`, or -1 (past the pass, or an id outside [0, E)).
+template <bool kReport>
+__device__ __forceinline__ int expert_of(const Params &p, const Pass &pass, int pair) {
+  if (pair >= pass.pairs) return -1;
+  const int t = pair / p.topk, j = pair - t * p.topk;
+  const int e = p.topk_ids[(int64_t)(pass.token0 + t) * p.topk_ids_row_stride + j];
+  if (e >= 0 && e < p.experts) return e;
+  if (kReport) report_bad_index(p.checked, SM70_CHECKED_EXPERT_ID, pass.token0 + t, e, p.experts);
+  return -1;
+}
+
+__device__ __forceinline__ int first_pair(int warp, int step) {
+  return blockIdx.x * kSortPairs + warp * kSortWarpPairs + step * 32 + (threadIdx.x & 31);
+}
+
+// Histogram of each warp's pairs into s.hist[warp][*]. Lanes of one step with the same expert
+// find each other with __match_any_sync; the lowest of them adds the group, so each counter has
+// one writer per step and the warp's steps run in order.
+template <bool kReport>
+__device__ void count_warp_pairs(const Params &p, const Pass &pass, RouteSmem &s) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  for (int step = 0; step < kSortSteps; ++step) {
+    const int e = expert_of<kReport>(p, pass, first_pair(warp, step));
+    const unsigned peers = __match_any_sync(kFullMask, e);
+    if (e >= 0 && lane == __ffs(peers) - 1) s.hist[warp][e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+__device__ void clear_hist(const Params &p, RouteSmem &s) {
+  for (int i = threadIdx.x; i < kSortWarps * p.experts; i += blockDim.x) {
+    s.hist[i / p.experts][i % p.experts] = 0;
+  }
+}
+
+__global__ void __launch_bounds__(kSortWarps * 32)
+    nvfp4_moe_route_count(const Params p, const Pass pass, const Workspace w) {
+  __shared__ RouteSmem s;
+  clear_hist(p, s);
+  __syncthreads();
+  count_warp_pairs<true>(p, pass, s);
+  __syncthreads();
+  for (int e = threadIdx.x; e < p.experts; e += blockDim.x) {
+    int total = 0;
+#pragma unroll
+    for (int warp = 0; warp < kSortWarps; ++warp) total += s.hist[warp][e];
+    w.block_counts[(int64_t)blockIdx.x * p.experts + e] = total;
+  }
+}
+
+struct ScanSmem {
+  int32_t tile_start[kMaxExperts];
+  int32_t offset[kMaxExperts];
+  int32_t count[kMaxExperts];
+  int32_t scratch[kScanThreads / 32 + 1];
+};
+
+// The largest expert whose first tile is at or before `tile`: the tile's owner, since experts
+// without rows share their start with the next expert that has some.
+__device__ int tile_owner(const ScanSmem &s, int experts, int tile) {
+  int lo = 0, hi = experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (s.tile_start[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kScanThreads)
+    nvfp4_moe_route_scan(const Params p, const Pass pass, const Workspace w) {
+  __shared__ ScanSmem s;
+  const int e = threadIdx.x;
+  int count = 0;
+  if (e < p.experts) {
+    for (int b = 0; b < pass.sort_blocks; ++b) {
+      int32_t *slot = &w.block_counts[(int64_t)b * p.experts + e];
+      const int c = *slot;
+      *slot = count;  // the block's first position within the expert
+      count += c;
+    }
+  }
+  int total = 0, total_tiles = 0;
+  const int offset = block_exclusive_scan<kScanThreads>(count, s.scratch, &total);
+  const int tiles = (count + pass.tile_m - 1) / pass.tile_m;
+  const int tile_start = block_exclusive_scan<kScanThreads>(tiles, s.scratch, &total_tiles);
+  if (e < p.experts) {
+    s.tile_start[e] = tile_start;
+    s.offset[e] = offset;
+    s.count[e] = count;
+    w.expert_offset[e] = offset;
+  }
+  __syncthreads();
+  for (int tile = threadIdx.x; tile < pass.max_tiles; tile += blockDim.x) {
+    int4 entry = make_int4(-1, 0, 0, 0);
+    if (tile < total_tiles) {
+      const int owner = tile_owner(s, p.experts, tile);
+      const int row0 = (tile - s.tile_start[owner]) * pass.tile_m;
+      entry = make_int4(owner, s.offset[owner] + row0, min(pass.tile_m, s.count[owner] - row0), 0);
+    }
+    w.tiles[tile] = entry;
+  }
+}
+
+__global__ void __launch_bounds__(kSortWarps * 32)
+    nvfp4_moe_route_scatter(const Params p, const Pass pass, const Workspace w) {
+  __shared__ RouteSmem s;
+  clear_hist(p, s);
+  __syncthreads();
+  count_warp_pairs<false>(p, pass, s);
+  __syncthreads();
+  for (int e = threadIdx.x; e < p.experts; e += blockDim.x) {  // counts -> each warp's position
+    int next = w.expert_offset[e] + w.block_counts[(int64_t)blockIdx.x * p.experts + e];
+#pragma unroll
+    for (int warp = 0; warp < kSortWarps; ++warp) {
+      const int c = s.hist[warp][e];
+      s.hist[warp][e] = next;
+      next += c;
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  for (int step = 0; step < kSortSteps; ++step) {
+    const int pair = first_pair(warp, step);
+    const int e = expert_of<false>(p, pass, pair);
+    const unsigned peers = __match_any_sync(kFullMask, e);
+    if (e >= 0) w.sorted[s.hist[warp][e] + __popc(peers & ((1u << lane) - 1))] = pair;
+    __syncwarp();
+    if (e >= 0 && lane == __ffs(peers) - 1) s.hist[warp][e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+}  // namespace
+
+void launch_route(const Params &p, const Pass &pass, const Workspace &w, cudaStream_t stream) {
+  nvfp4_moe_route_count<<<pass.sort_blocks, kSortWarps * 32, 0, stream>>>(p, pass, w);
+  nvfp4_moe_route_scan<<<1, kScanThreads, 0, stream>>>(p, pass, w);
+  nvfp4_moe_route_scatter<<<pass.sort_blocks, kSortWarps * 32, 0, stream>>>(p, pass, w);
+}
+
+}  // namespace sm70ops::nvfp4_moe
