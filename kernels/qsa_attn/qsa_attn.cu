@@ -331,6 +331,7 @@ __device__ void softmax(float sm_scale, int group, int used_rows, Smem<D> &s) {
     s.p[m][j0 + e] = __float2half(pe);
   }
   for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  __syncwarp();  // every lane has read s.m[m] (m_old) before one lane updates it
   if (threadIdx.x % 16 == 0) {
     const float alpha = none ? 1.f : __expf(m_old - m_new);
     s.alpha[m] = alpha;
