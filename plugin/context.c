@@ -98,7 +98,14 @@ sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_con
     free(ctx);
     return status;
   }
-  if (ctx->settings.checked) enable_checked_mode(ctx);
+  if (ctx->settings.checked && ctx->capability_from_host) {
+    /* The descriptor's promise: a given compute capability means no CUDA call at all. */
+    sm70_log(ctx, SM70OPS_LOG_WARN,
+             "sm70ops: SM70OPS_CHECKED ignored: a context given its compute "
+             "capability touches no CUDA; create it with compute_capability 0 to check indices");
+  } else if (ctx->settings.checked) {
+    enable_checked_mode(ctx);
+  }
   if (ctx->compute_capability == 0) {
     sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s: every op will decline", ctx->no_device_note);
   } else {

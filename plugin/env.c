@@ -2,7 +2,6 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -70,29 +69,30 @@ static void read_switch(const bool_switch *sw, const char *text, sm70_note_fn no
   }
 }
 
-/* "90", "sm_90", "9.0" and comma-separated lists of them. */
+static int32_t is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* "90", "sm_90" or "9.0": exactly that, nothing around it (no sign, space or empty part). */
 static int32_t parse_arch(const char *item, size_t len, int32_t *cc) {
-  char buf[16];
-  if (len == 0 || len >= sizeof(buf)) return 0;
-  memcpy(buf, item, len);
-  buf[len] = '\0';
-  const char *digits = strncasecmp(buf, "sm_", 3) == 0 ? buf + 3 : buf;
-  char *end = NULL;
-  long major_minor = strtol(digits, &end, 10);
-  if (*end == '.') {
-    long minor = strtol(end + 1, &end, 10);
-    if (minor < 0 || minor > 9) return 0;
-    major_minor = major_minor * 10 + minor;
+  size_t i = len >= 3 && strncasecmp(item, "sm_", 3) == 0 ? 3 : 0;
+  const size_t first_digit = i;
+  int32_t value = 0;
+  for (; i < len && is_digit(item[i]) && i - first_digit < 3; ++i)
+    value = value * 10 + item[i] - '0';
+  if (i == first_digit) return 0;
+  if (i + 2 == len && item[i] == '.' && is_digit(item[i + 1])) {
+    value = value * 10 + item[i + 1] - '0';
+    i += 2;
   }
-  if (end == digits || *end != '\0' || major_minor < 10 || major_minor > 999) return 0;
-  *cc = (int32_t)major_minor;
+  if (i != len || value < 10 || value > 999) return 0;
+  *cc = value;
   return 1;
 }
 
+/* A comma-separated list of them; an empty item (as in "90,") makes it malformed. */
 static void read_allow_arch(const char *text, sm70_note_fn note, void *user, sm70_settings *s) {
   char line[SM70_ENV_NOTE_BYTES];
-  for (const char *item = text; *item != '\0';) {
-    size_t len = strcspn(item, ",");
+  for (const char *item = text;; item += strcspn(item, ",") + 1) {
+    const size_t len = strcspn(item, ",");
     int32_t cc = 0;
     if (!parse_arch(item, len, &cc) || s->allowed_arch_count == SM70_MAX_ALLOWED_ARCHS) {
       snprintf(line, sizeof(line),
@@ -104,7 +104,7 @@ static void read_allow_arch(const char *text, sm70_note_fn note, void *user, sm7
       return;
     }
     s->allowed_archs[s->allowed_arch_count++] = cc;
-    item += len + (item[len] == ',');
+    if (item[len] == '\0') break;
   }
   snprintf(line, sizeof(line), "%s=%s: validation on these non-SM70 GPUs allowed", kAllowArch,
            text);

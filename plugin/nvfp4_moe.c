@@ -164,7 +164,7 @@ static int32_t check_weight_bases(const sm70ops_nvfp4_weights *w, sm70_plan *pla
   const DLTensor *const tensors[] = {w->w13, w->w13_scale, w->w2, w->w2_scale};
   static const char *const kNames[] = {"w13", "w13_scale", "w2", "w2_scale"};
   for (int32_t i = 0; i < 4; ++i) {
-    if ((uintptr_t)sm70_tensor_base(tensors[i]) % kAlign != 0) {
+    if (sm70_tensor_address(tensors[i]) % kAlign != 0) {
       return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT,
                           "%s: data + byte_offset is not "
                           "%d-byte aligned",
@@ -250,16 +250,14 @@ static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t n
   plan->output_bytes = prepared_bytes(&dims);
 }
 
-static const void *data_of(const DLTensor *t) { return sm70_tensor_base(t); }
-
 static sm70_nvfp4_moe_weights checkpoint_weights(const sm70ops_nvfp4_weights *w) {
   return (sm70_nvfp4_moe_weights){
-      .w13 = data_of(w->w13),
-      .w13_scale = data_of(w->w13_scale),
-      .w13_scale_2 = data_of(w->w13_scale_2),
-      .w2 = data_of(w->w2),
-      .w2_scale = data_of(w->w2_scale),
-      .w2_scale_2 = data_of(w->w2_scale_2),
+      .w13 = sm70_tensor_data(w->w13),
+      .w13_scale = sm70_tensor_data(w->w13_scale),
+      .w13_scale_2 = sm70_tensor_data(w->w13_scale_2),
+      .w2 = sm70_tensor_data(w->w2),
+      .w2_scale = sm70_tensor_data(w->w2_scale),
+      .w2_scale_2 = sm70_tensor_data(w->w2_scale_2),
   };
 }
 
@@ -270,16 +268,16 @@ static sm70ops_status launch_nvfp4_moe(const sm70_plan *plan, const void *args, 
   /* With repacked weights the checkpoint tensors only gave the shapes; their data may be NULL. */
   const sm70_nvfp4_moe_weights none = {0};
   sm70_nvfp4_moe_params p = {
-      .x = data_of(a->x),
+      .x = sm70_tensor_data(a->x),
       .x_row_stride = a->x->strides[0],
-      .topk_ids = data_of(a->topk_ids),
+      .topk_ids = sm70_tensor_data(a->topk_ids),
       .topk_ids_row_stride = a->topk_ids->strides[0],
-      .topk_weights = data_of(a->topk_weights),
+      .topk_weights = sm70_tensor_data(a->topk_weights),
       .topk_weights_row_stride = a->topk_weights->strides[0],
       .out = (void *)sm70_tensor_base(a->out),
       .out_row_stride = a->out->strides[0],
       .weights = a->prepared == NULL ? checkpoint_weights(a->weights) : none,
-      .prepared = a->prepared == NULL ? NULL : data_of(a->prepared),
+      .prepared = a->prepared == NULL ? NULL : sm70_tensor_data(a->prepared),
       .tokens = (int32_t)a->topk_ids->shape[0],
       .topk = (int32_t)a->topk_ids->shape[1],
       .experts = (int32_t)w13->shape[0],

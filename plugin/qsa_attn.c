@@ -137,38 +137,36 @@ const sm70_op sm70_op_qsa_attn = {
     .plan = plan_qsa_attn,
 };
 
-static void *data_of(const DLTensor *t) { return t == NULL ? NULL : sm70_tensor_base(t); }
-
 static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
                                       void *workspace) {
   (void)workspace;
   const sm70ops_qsa_attn_args *a = args;
   const DLTensor *k = a->k_cache, *v = a->v_cache;
   sm70_qsa_attn_params p = {
-      .q = data_of(a->q),
+      .q = sm70_tensor_data(a->q),
       .q_row_stride = a->q->strides[0],
       .q_head_stride = a->q->strides[1],
-      .k_cache = data_of(k),
-      .v_cache = data_of(v),
+      .k_cache = sm70_tensor_data(k),
+      .v_cache = sm70_tensor_data(v),
       .k_page_stride = k->strides[0],
       .k_token_stride = k->strides[1],
       .k_head_stride = k->strides[2],
       .v_page_stride = v->strides[0],
       .v_token_stride = v->strides[1],
       .v_head_stride = v->strides[2],
-      .query_start_loc = data_of(a->query_start_loc),
-      .seq_lens = data_of(a->seq_lens),
-      .block_table = data_of(a->block_table),
+      .query_start_loc = sm70_tensor_data(a->query_start_loc),
+      .seq_lens = sm70_tensor_data(a->seq_lens),
+      .block_table = sm70_tensor_data(a->block_table),
       .block_table_stride = a->block_table->strides[0],
-      .sel_blocks = data_of(a->sel_blocks),
+      .sel_blocks = sm70_tensor_data(a->sel_blocks),
       .sel_blocks_stride = a->sel_blocks->strides[0],
-      .sel_mask = data_of(a->sel_mask),
+      .sel_mask = sm70_tensor_data(a->sel_mask),
       .sel_mask_stride = a->sel_mask->strides[0],
-      .sel_count = data_of(a->sel_count),
-      .out = data_of(a->out),
+      .sel_count = sm70_tensor_data(a->sel_count),
+      .out = sm70_tensor_data(a->out),
       .out_row_stride = a->out->strides[0],
       .out_head_stride = a->out->strides[1],
-      .lse = data_of(a->lse),
+      .lse = sm70_tensor_data(a->lse),
       .lse_row_stride = a->lse == NULL ? 0 : a->lse->strides[0],
       .sm_scale = a->sm_scale,
       .rows = (int32_t)a->q->shape[0],

@@ -130,7 +130,7 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
  * tokens. Any other view is valid but takes the host's path. */
 static int32_t keys_aligned(const DLTensor *k, sm70_plan *plan) {
   const int64_t elems = 16; /* 32 bytes of fp16 */
-  if ((uintptr_t)sm70_tensor_base(k) % 32 != 0 || k->strides[0] % elems != 0 ||
+  if (sm70_tensor_address(k) % 32 != 0 || k->strides[0] % elems != 0 ||
       k->strides[1] % elems != 0) {
     return sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
                         "k_index base or page/token stride not 32-byte aligned: the scorer "
@@ -179,32 +179,31 @@ static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t
   plan->work_items = a->q->shape[0];
 }
 
-static void *data_of(const DLTensor *t) { return t == NULL ? NULL : sm70_tensor_base(t); }
 static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }
 
 static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, void *stream,
                                        void *workspace) {
   const sm70ops_qsa_index_args *a = args;
   sm70_qsa_index_params p = {
-      .q = data_of(a->q),
+      .q = sm70_tensor_data(a->q),
       .q_row_stride = a->q->strides[0],
       .q_head_stride = a->q->strides[1],
-      .weights = data_of(a->weights),
+      .weights = sm70_tensor_data(a->weights),
       .weights_row_stride = a->weights->strides[0],
-      .k_index = data_of(a->k_index),
+      .k_index = sm70_tensor_data(a->k_index),
       .k_page_stride = a->k_index->strides[0],
       .k_token_stride = a->k_index->strides[1],
-      .query_start_loc = data_of(a->query_start_loc),
-      .seq_lens = data_of(a->seq_lens),
-      .block_table = data_of(a->block_table),
+      .query_start_loc = sm70_tensor_data(a->query_start_loc),
+      .seq_lens = sm70_tensor_data(a->seq_lens),
+      .block_table = sm70_tensor_data(a->block_table),
       .block_table_stride = a->block_table->strides[0],
-      .topk_idx = data_of(a->topk_idx),
+      .topk_idx = sm70_tensor_data(a->topk_idx),
       .topk_idx_stride = row_stride(a->topk_idx),
-      .sel_blocks = data_of(a->sel_blocks),
+      .sel_blocks = sm70_tensor_data(a->sel_blocks),
       .sel_blocks_stride = row_stride(a->sel_blocks),
-      .sel_mask = data_of(a->sel_mask),
+      .sel_mask = sm70_tensor_data(a->sel_mask),
       .sel_mask_stride = row_stride(a->sel_mask),
-      .sel_count = data_of(a->sel_count),
+      .sel_count = sm70_tensor_data(a->sel_count),
       .rows = (int32_t)a->q->shape[0],
       .requests = (int32_t)a->seq_lens->shape[0],
       .num_pages = (int32_t)a->k_index->shape[0],

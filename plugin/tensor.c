@@ -74,7 +74,7 @@ static int32_t strides_valid(const DLTensor *t, const sm70_tensor_spec *spec, ch
     if (!innermost && stride <= 0) {
       FAIL("%s: stride %lld at dim %d must be positive", spec->name, (long long)stride, d);
     }
-    if (!innermost && spec->vector_rows && (stride * elem_bytes) % kRowAlignBytes != 0) {
+    if (!innermost && spec->vector_rows && stride % (kRowAlignBytes / elem_bytes) != 0) {
       FAIL("%s: stride %lld at dim %d must be a multiple of %lld elements (16-byte rows)",
            spec->name, (long long)stride, d, (long long)(kRowAlignBytes / elem_bytes));
     }
@@ -103,7 +103,7 @@ static int32_t tensor_valid(const DLTensor *t, const sm70_tensor_spec *spec, int
   }
   if (!shape_valid(t, spec, why, why_bytes) || !strides_valid(t, spec, why, why_bytes)) return 0;
   uintptr_t align = spec->vector_rows ? kRowAlignBytes : kDtypes[spec->dtype].bits / 8;
-  if ((uintptr_t)sm70_tensor_base(t) % align != 0) {
+  if (sm70_tensor_address(t) % align != 0) {
     FAIL("%s: data + byte_offset is not %u-byte aligned", spec->name, (unsigned)align);
   }
   if (need_data && t->data == NULL) FAIL("%s: data is NULL", spec->name);

@@ -41,7 +41,20 @@ sm70ops_reason sm70_tensor_check(const DLTensor *t, const sm70_tensor_spec *spec
                                  int32_t device_ordinal, int32_t need_data, char *why,
                                  uint64_t why_bytes);
 
-/* Byte address of element 0 (data + byte_offset). */
-static inline char *sm70_tensor_base(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
+/* Byte address of element 0 as an integer, for alignment checks: check() allows NULL data, and
+ * pointer arithmetic on NULL is undefined in C. */
+static inline uintptr_t sm70_tensor_address(const DLTensor *t) {
+  return (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+}
+
+/* Pointer to element 0 (data + byte_offset); NULL when data is NULL. */
+static inline char *sm70_tensor_base(const DLTensor *t) {
+  return t->data == NULL ? NULL : (char *)t->data + t->byte_offset;
+}
+
+/* The same for an optional tensor: NULL when the tensor itself is NULL. */
+static inline void *sm70_tensor_data(const DLTensor *t) {
+  return t == NULL ? NULL : sm70_tensor_base(t);
+}
 
 #endif /* SM70OPS_PLUGIN_TENSOR_H_ */

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing sm70ops needs on a fresh Debian 12 machine:
-# Bazel (offline bootstrap build), GoogleTest, DLPack, and Debian's CUDA 11.8 for the sm_70 build.
+# Bazel (offline bootstrap build), GoogleTest, DLPack, clang-14 with its sanitizer and libFuzzer
+# runtimes (libclang-rt-14-dev, tests/fuzz/), and Debian's CUDA 11.8 for the sm_70 build.
 # Idempotent: packages already present are skipped.
 set -euo pipefail
 
 need=()
-for pkg in bazel-bootstrap libgtest-dev libdlpack-dev clang-14 nvidia-cuda-toolkit; do
+for pkg in bazel-bootstrap libgtest-dev libdlpack-dev clang-14 libclang-rt-14-dev nvidia-cuda-toolkit; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 [ ${#need[@]} -eq 0 ] && { echo "setup: all packages present"; exit 0; }

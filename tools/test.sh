@@ -7,11 +7,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 passed=0 failed=0 skipped=0
-run_config() { # LABEL BAZEL_FLAGS...
+run_config() { # LABEL BAZEL_FLAGS...   (TARGETS="..." run_config ...: other targets than //...)
   local label=$1; shift
   local stamp; stamp=$(mktemp)
   sleep 1  # test.xml mtimes are compared against the stamp at one-second resolution
-  bazel test --nocache_test_results "$@" //... >"/tmp/sm70ops-test-$label.log" 2>&1
+  bazel test --nocache_test_results "$@" ${TARGETS:-//...} >"/tmp/sm70ops-test-$label.log" 2>&1
   local rc=$?
   tail -n 25 "/tmp/sm70ops-test-$label.log" | grep -E "PASSED|FAILED|SKIPPED|NO STATUS|ERROR|Executed" || true
   local line; line=$(python3 tools/count_tests.py "$label" "$(bazel info "$@" bazel-testlogs 2>/dev/null)" "$stamp")
@@ -59,6 +59,26 @@ run_pytest() {
 }
 run_pytest
 # --- end of the Python host integration step.
+
+# --- Sanitizers and fuzzing (tests/fuzz/, README "Tests"). The conformance suite and the host
+# loader test under ASan + UBSan (--config=asan), counted from their JUnit XML like the steps
+# above; then each libFuzzer target for a fixed budget (both at once, about 80 s with the build),
+# one case each: PASS with "Done N runs", FAIL on a finding or no result, SKIP where a GPU is
+# present.
+TARGETS="//tests/abi/... //integration/host/..." run_config asan --config=asan
+run_fuzzers() {
+  local log=/tmp/sm70ops-test-fuzz.log
+  bash tests/fuzz/run.sh 60 >"$log" 2>&1
+  grep -E "^fuzz |^    " "$log" || true
+  local p f s
+  p=$(grep -c "^fuzz .*: PASS" "$log") f=$(grep -c "^fuzz .*: FAIL" "$log")
+  s=$(grep -c "^fuzz .*: SKIP" "$log")
+  [ $((p + f + s)) -eq 0 ] && { echo "fuzz: no result: see $log"; f=1; }
+  echo "fuzz: $p passed, $f failed, $s skipped"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+run_fuzzers
+# --- end of the sanitizers and fuzzing step.
 
 if python3 tools/format_check.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 

@@ -52,6 +52,13 @@ const EnvCase kEnvCases[] = {
     {"malformed_allow_arch", "SM70OPS_ALLOW_ARCH", "sm_9x", 70, kPluginOff, true},
     // A malformed allow-list must not allow anything: still off on the GPU it failed to name.
     {"malformed_allow_arch_on_90", "SM70OPS_ALLOW_ARCH", "90,sm_9x", 90, kPluginOff, true},
+    // Near misses a lenient number parser would read as 90 (found by tests/fuzz/env_fuzzer).
+    {"allow_arch_leading_space", "SM70OPS_ALLOW_ARCH", " 90", 90, kPluginOff, true},
+    {"allow_arch_plus_sign", "SM70OPS_ALLOW_ARCH", "+90", 90, kPluginOff, true},
+    {"allow_arch_trailing_dot", "SM70OPS_ALLOW_ARCH", "9.", 90, kPluginOff, true},
+    {"allow_arch_trailing_comma", "SM70OPS_ALLOW_ARCH", "90,", 90, kPluginOff, true},
+    {"allow_arch_signed_minor", "SM70OPS_ALLOW_ARCH", "9.-0", 90, kPluginOff, true},
+    {"allow_arch_space_after_prefix", "SM70OPS_ALLOW_ARCH", "sm_ 90", 90, kPluginOff, true},
 };
 
 class Abi_Env : public AbiTest, public testing::WithParamInterface<EnvCase> {

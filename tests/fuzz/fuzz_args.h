@@ -1,0 +1,27 @@
+/* Op argument structs built from fuzz bytes, starting from valid model-shape descriptors (the TP4
+ * per-rank shapes of tests/abi/op_cases.h) and breaking fields the bytes choose: struct_size,
+ * scalars, and per tensor NULL, ndim -1..6 (shape/strides arrays sized to ndim), shapes, strides
+ * (0, negative, huge, NULL), dtype, lanes, byte_offset, device, data pointer.
+ *
+ * Every block lives in the fuzz arena (fz_alloc) with its exact size. Data pointers are fake:
+ * 256-byte aligned addresses below 64 KiB (never mapped), an offset of them, or random 64-bit
+ * values; the plugin must never dereference one. */
+#ifndef SM70OPS_TESTS_FUZZ_FUZZ_ARGS_H_
+#define SM70OPS_TESTS_FUZZ_FUZZ_ARGS_H_
+
+#include "tests/fuzz/fuzz_common.h"
+
+typedef struct fz_args {
+  const void *args;     /* NULL when the bytes chose so */
+  uint32_t struct_size; /* what args->struct_size claims (0 when args is NULL) */
+  uint32_t true_size;   /* sizeof the op's struct the fields were filled for */
+} fz_args;
+
+/* The args struct for `op` (one of the four ABI ops). An exhausted reader gives the valid
+ * baseline. */
+fz_args fz_build_args(fz_reader *r, sm70ops_op op);
+
+/* sizeof the ABI 1.0 args struct of `op`, 0 for an unknown id. */
+uint32_t fz_args_size(sm70ops_op op);
+
+#endif /* SM70OPS_TESTS_FUZZ_FUZZ_ARGS_H_ */
