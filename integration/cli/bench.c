@@ -96,6 +96,23 @@ done:
   return result;
 }
 
+const DLTensor *bench_view(bench_views *views, int i, void *data, DLDataType dtype, int ndim,
+                           const int64_t *shape) {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    views->shapes[i][d] = shape[d];
+    views->strides[i][d] = stride;
+    stride *= shape[d];
+  }
+  views->t[i] = (DLTensor){.data = data,
+                           .device = {kDLCUDA, 0},
+                           .ndim = ndim,
+                           .dtype = dtype,
+                           .shape = views->shapes[i],
+                           .strides = views->strides[i]};
+  return &views->t[i];
+}
+
 double bench_floor_ms(bench_work work, const bench_ceiling *c) {
   double compute = work.flops / (c->tflops * 1e12) * 1e3;
   double memory = work.bytes / (c->tbytes_s * 1e12) * 1e3;

@@ -32,6 +32,18 @@ void bench_random_floats(float *out, uint64_t n, uint32_t seed, float lo, float 
 double bench_time_execute(const sm70ops_host *h, sm70ops_op op, const void *args, void *workspace,
                           uint64_t workspace_bytes, int32_t warmup, int32_t reps);
 
+/* DLTensor views on device 0 that own their shape and stride arrays. */
+enum { kBenchMaxViews = 16, kBenchMaxRank = 4 };
+typedef struct bench_views {
+  int64_t shapes[kBenchMaxViews][kBenchMaxRank];
+  int64_t strides[kBenchMaxViews][kBenchMaxRank];
+  DLTensor t[kBenchMaxViews];
+} bench_views;
+
+/* View i of `views`: dense row-major `shape` over `data`. */
+const DLTensor *bench_view(bench_views *views, int i, void *data, DLDataType dtype, int ndim,
+                           const int64_t *shape);
+
 /* Roofline of one measurement. */
 typedef struct bench_work {
   double flops;

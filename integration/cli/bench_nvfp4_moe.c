@@ -31,30 +31,11 @@ typedef struct moe_buffers {
 } moe_buffers;
 
 typedef struct moe_call {
-  int64_t shapes[12][3];
-  int64_t strides[12][3];
-  DLTensor t[12];
+  bench_views views;
   sm70ops_nvfp4_weights w;
   sm70ops_nvfp4_moe_args args;
   sm70ops_nvfp4_moe_prepare_args prepare;
 } moe_call;
-
-static const DLTensor *view(moe_call *c, int i, void *data, DLDataType dtype, int ndim,
-                            const int64_t *shape) {
-  int64_t stride = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    c->shapes[i][d] = shape[d];
-    c->strides[i][d] = stride;
-    stride *= shape[d];
-  }
-  c->t[i] = (DLTensor){.data = data,
-                       .device = {kDLCUDA, 0},
-                       .ndim = ndim,
-                       .dtype = dtype,
-                       .shape = c->shapes[i],
-                       .strides = c->strides[i]};
-  return &c->t[i];
-}
 
 /* Both ops' arguments for T tokens at intermediate size I; `prepared_bytes` 0: no prepared. */
 static void describe(moe_call *c, const moe_buffers *b, int tokens, int inter,
@@ -63,24 +44,24 @@ static void describe(moe_call *c, const moe_buffers *b, int tokens, int inter,
   memset(c, 0, sizeof(*c));
   c->w = (sm70ops_nvfp4_weights){
       .struct_size = sizeof(c->w),
-      .w13 = view(c, 0, b->w13, kU8, 3, (int64_t[]){e, 2 * i, h / 2}),
-      .w13_scale = view(c, 1, b->w13_scale, kU8, 3, (int64_t[]){e, 2 * i, h / 16}),
-      .w13_scale_2 = view(c, 2, b->w13_scale_2, kF32, 2, (int64_t[]){e, 2}),
-      .w2 = view(c, 3, b->w2, kU8, 3, (int64_t[]){e, h, i / 2}),
-      .w2_scale = view(c, 4, b->w2_scale, kU8, 3, (int64_t[]){e, h, i / 16}),
-      .w2_scale_2 = view(c, 5, b->w2_scale_2, kF32, 1, (int64_t[]){e}),
+      .w13 = bench_view(&c->views, 0, b->w13, kU8, 3, (int64_t[]){e, 2 * i, h / 2}),
+      .w13_scale = bench_view(&c->views, 1, b->w13_scale, kU8, 3, (int64_t[]){e, 2 * i, h / 16}),
+      .w13_scale_2 = bench_view(&c->views, 2, b->w13_scale_2, kF32, 2, (int64_t[]){e, 2}),
+      .w2 = bench_view(&c->views, 3, b->w2, kU8, 3, (int64_t[]){e, h, i / 2}),
+      .w2_scale = bench_view(&c->views, 4, b->w2_scale, kU8, 3, (int64_t[]){e, h, i / 16}),
+      .w2_scale_2 = bench_view(&c->views, 5, b->w2_scale_2, kF32, 1, (int64_t[]){e}),
   };
-  const DLTensor *prepared =
-      prepared_bytes ? view(c, 10, b->prepared, kU8, 1, (int64_t[]){(int64_t)prepared_bytes})
-                     : NULL;
+  const DLTensor *prepared = prepared_bytes ? bench_view(&c->views, 10, b->prepared, kU8, 1,
+                                                         (int64_t[]){(int64_t)prepared_bytes})
+                                            : NULL;
   c->args = (sm70ops_nvfp4_moe_args){
       .struct_size = sizeof(c->args),
       .prepared = prepared,
-      .x = view(c, 6, b->x, kF16, 2, (int64_t[]){t, h}),
-      .topk_ids = view(c, 7, b->ids, kI32, 2, (int64_t[]){t, kTopk}),
-      .topk_weights = view(c, 8, b->weights, kF32, 2, (int64_t[]){t, kTopk}),
+      .x = bench_view(&c->views, 6, b->x, kF16, 2, (int64_t[]){t, h}),
+      .topk_ids = bench_view(&c->views, 7, b->ids, kI32, 2, (int64_t[]){t, kTopk}),
+      .topk_weights = bench_view(&c->views, 8, b->weights, kF32, 2, (int64_t[]){t, kTopk}),
       .weights = &c->w,
-      .out = view(c, 9, b->out, kF16, 2, (int64_t[]){t, h}),
+      .out = bench_view(&c->views, 9, b->out, kF16, 2, (int64_t[]){t, h}),
   };
   c->prepare = (sm70ops_nvfp4_moe_prepare_args){
       .struct_size = sizeof(c->prepare), .weights = &c->w, .prepared = prepared};

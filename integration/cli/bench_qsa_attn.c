@@ -94,23 +94,9 @@ static double make_chunk(attn_buffers *b, selector *s, int end, uint64_t *page_m
 }
 
 typedef struct attn_call {
-  int64_t shapes[13][4];
-  int64_t strides[13][4];
-  DLTensor t[13];
+  bench_views views;
   sm70ops_qsa_attn_args args;
 } attn_call;
-
-static const DLTensor *view(attn_call *c, int i, void *data, DLDataType dtype, int ndim,
-                            const int64_t *shape, const int64_t *strides) {
-  for (int d = 0; d < ndim; ++d) c->shapes[i][d] = shape[d], c->strides[i][d] = strides[d];
-  c->t[i] = (DLTensor){.data = data,
-                       .device = {kDLCUDA, 0},
-                       .ndim = ndim,
-                       .dtype = dtype,
-                       .shape = c->shapes[i],
-                       .strides = c->strides[i]};
-  return &c->t[i];
-}
 
 static void describe(attn_call *c, const attn_buffers *b, int end) {
   const DLDataType f16 = {kDLFloat, 16, 1}, f32 = {kDLFloat, 32, 1}, i32 = {kDLInt, 32, 1};
@@ -122,19 +108,18 @@ static void describe(attn_call *c, const attn_buffers *b, int end) {
   a->sm_scale = 0.0625f; /* 1 / sqrt(256) */
   a->max_seq_len = end;
   a->max_query_len = kChunkRows;
-  a->q = view(c, 0, b->q, f16, 3, (int64_t[]){T, kHq, kDim}, (int64_t[]){kHq * kDim, kDim, 1});
+  a->q = bench_view(&c->views, 0, b->q, f16, 3, (int64_t[]){T, kHq, kDim});
   const int64_t kv_shape[] = {kMaxPages, kPage, kHkv, kDim};
-  const int64_t kv_strides[] = {kPage * kHkv * kDim, kHkv * kDim, kDim, 1};
-  a->k_cache = view(c, 1, b->k, f16, 4, kv_shape, kv_strides);
-  a->v_cache = view(c, 2, b->v, f16, 4, kv_shape, kv_strides);
-  a->query_start_loc = view(c, 3, b->qsl, i32, 1, (int64_t[]){2}, (int64_t[]){1});
-  a->seq_lens = view(c, 4, b->lens, i32, 1, (int64_t[]){1}, (int64_t[]){1});
-  a->block_table = view(c, 5, b->table, i32, 2, (int64_t[]){1, pages}, (int64_t[]){pages, 1});
-  a->sel_blocks = view(c, 6, b->blocks, i32, 2, (int64_t[]){T, nb}, (int64_t[]){nb, 1});
-  a->sel_mask = view(c, 7, b->masks, u64, 2, (int64_t[]){T, nb}, (int64_t[]){nb, 1});
-  a->sel_count = view(c, 8, b->count, i32, 1, (int64_t[]){T}, (int64_t[]){1});
-  a->out = view(c, 9, b->out, f16, 3, (int64_t[]){T, kHq, kDim}, (int64_t[]){kHq * kDim, kDim, 1});
-  a->lse = view(c, 10, b->lse, f32, 2, (int64_t[]){T, kHq}, (int64_t[]){kHq, 1});
+  a->k_cache = bench_view(&c->views, 1, b->k, f16, 4, kv_shape);
+  a->v_cache = bench_view(&c->views, 2, b->v, f16, 4, kv_shape);
+  a->query_start_loc = bench_view(&c->views, 3, b->qsl, i32, 1, (int64_t[]){2});
+  a->seq_lens = bench_view(&c->views, 4, b->lens, i32, 1, (int64_t[]){1});
+  a->block_table = bench_view(&c->views, 5, b->table, i32, 2, (int64_t[]){1, pages});
+  a->sel_blocks = bench_view(&c->views, 6, b->blocks, i32, 2, (int64_t[]){T, nb});
+  a->sel_mask = bench_view(&c->views, 7, b->masks, u64, 2, (int64_t[]){T, nb});
+  a->sel_count = bench_view(&c->views, 8, b->count, i32, 1, (int64_t[]){T});
+  a->out = bench_view(&c->views, 9, b->out, f16, 3, (int64_t[]){T, kHq, kDim});
+  a->lse = bench_view(&c->views, 10, b->lse, f32, 2, (int64_t[]){T, kHq});
 }
 
 static int alloc_buffers(attn_buffers *b) {

@@ -14,28 +14,9 @@ typedef struct index_buffers {
 } index_buffers;
 
 typedef struct index_call {
-  int64_t shapes[12][3];
-  int64_t strides[12][3];
-  DLTensor t[12];
+  bench_views views;
   sm70ops_qsa_index_args args;
 } index_call;
-
-static const DLTensor *view(index_call *c, int i, void *data, DLDataType dtype, int ndim,
-                            const int64_t *shape) {
-  int64_t stride = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    c->shapes[i][d] = shape[d];
-    c->strides[i][d] = stride;
-    stride *= shape[d];
-  }
-  c->t[i] = (DLTensor){.data = data,
-                       .device = {kDLCUDA, 0},
-                       .ndim = ndim,
-                       .dtype = dtype,
-                       .shape = c->shapes[i],
-                       .strides = c->strides[i]};
-  return &c->t[i];
-}
 
 /* Rows are the last `rows` of a `keys`-token prompt. */
 static void describe(index_call *c, const index_buffers *b, int rows, int keys) {
@@ -48,16 +29,16 @@ static void describe(index_call *c, const index_buffers *b, int rows, int keys) 
   a->topk = kTopk;
   a->max_seq_len = keys;
   a->max_query_len = rows;
-  a->q = view(c, 0, b->q, f16, 3, (int64_t[]){rows, kHeads, kDim});
-  a->weights = view(c, 1, b->w, f32, 2, (int64_t[]){rows, kHeads});
-  a->k_index = view(c, 2, b->k, f16, 3, (int64_t[]){kMaxPages, kPage, kDim});
-  a->query_start_loc = view(c, 3, b->qsl, i32, 1, (int64_t[]){2});
-  a->seq_lens = view(c, 4, b->lens, i32, 1, (int64_t[]){1});
-  a->block_table = view(c, 5, b->table, i32, 2, (int64_t[]){1, pages});
-  a->topk_idx = view(c, 6, b->topk, i32, 2, (int64_t[]){rows, kTopk});
-  a->sel_blocks = view(c, 7, b->blocks, i32, 2, (int64_t[]){rows, nb});
-  a->sel_mask = view(c, 8, b->masks, u64, 2, (int64_t[]){rows, nb});
-  a->sel_count = view(c, 9, b->count, i32, 1, (int64_t[]){rows});
+  a->q = bench_view(&c->views, 0, b->q, f16, 3, (int64_t[]){rows, kHeads, kDim});
+  a->weights = bench_view(&c->views, 1, b->w, f32, 2, (int64_t[]){rows, kHeads});
+  a->k_index = bench_view(&c->views, 2, b->k, f16, 3, (int64_t[]){kMaxPages, kPage, kDim});
+  a->query_start_loc = bench_view(&c->views, 3, b->qsl, i32, 1, (int64_t[]){2});
+  a->seq_lens = bench_view(&c->views, 4, b->lens, i32, 1, (int64_t[]){1});
+  a->block_table = bench_view(&c->views, 5, b->table, i32, 2, (int64_t[]){1, pages});
+  a->topk_idx = bench_view(&c->views, 6, b->topk, i32, 2, (int64_t[]){rows, kTopk});
+  a->sel_blocks = bench_view(&c->views, 7, b->blocks, i32, 2, (int64_t[]){rows, nb});
+  a->sel_mask = bench_view(&c->views, 8, b->masks, u64, 2, (int64_t[]){rows, nb});
+  a->sel_count = bench_view(&c->views, 9, b->count, i32, 1, (int64_t[]){rows});
 }
 
 static int fill_inputs(index_buffers *b) {
