@@ -61,7 +61,8 @@ enum {
   SM70OPS_ERR_WORKSPACE_TOO_SMALL = 5, /* workspace_bytes below what check reported */
   SM70OPS_ERR_NO_DEVICE = 6,           /* no usable CUDA device */
   SM70OPS_ERR_CUDA = 7,                /* the CUDA runtime failed; last_error has its message */
-  SM70OPS_ERR_INDEX_OUT_OF_RANGE = 8,  /* checked mode saw a device-side index out of range */
+  SM70OPS_ERR_INDEX_OUT_OF_RANGE = 8,  /* checked mode: an earlier call on the context saw a bad
+                                          device-side index; last_error names it */
   SM70OPS_ERR_INTERNAL = 9             /* a bug in the plugin; please report last_error */
 };
 #define SM70OPS_STATUS_COUNT 10
