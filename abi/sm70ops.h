@@ -20,8 +20,10 @@
  *
  * Versioning rules (see abi/CHANGELOG.md):
  *   - Every struct that crosses the boundary starts with `struct_size`; fields are only appended.
- *     The plugin reads a field only if struct_size covers it, and writes an output struct only up
- * to its struct_size.
+ *     A plugin reads a field only if struct_size covers it. 1.0 is the first version, so a 1.0
+ *     plugin takes exactly the 1.0 sizes: a smaller input struct is invalid, a larger one (a
+ *     newer host) is declined (SM70OPS_REASON_STRUCT_SIZE), an output struct must hold 1.0's
+ *     fields; later minors will accept every earlier size.
  *   - The function table is append-only; a NULL slot means "not implemented".
  *   - Enums travel as int32_t; unknown values are declined, never trusted.
  */
@@ -124,7 +126,9 @@ typedef struct sm70ops_decision {
 } sm70ops_decision;
 
 /* ------------------------------------------------------------------------------------------------
- * Context: one per (host, device). Immutable after creation, so every call on it is thread-safe.
+ * Context: one per (host, device). Immutable after creation, so every call on it is thread-safe;
+ * the one exception is checked mode's error record, which kernels write and which one execute
+ * (whichever comes first after the faulting kernel finished) takes and reports.
  */
 typedef struct sm70ops_context sm70ops_context; /* opaque */
 
@@ -183,7 +187,8 @@ typedef struct sm70ops_device_info {
  * including this chunk), block_table [R, max_pages] int32 (logical page -> physical page, 64 tokens
  * a page). Row i of request r sits at pos = seq_len - query_len + i and sees keys 0..pos.
  *   - max_seq_len / max_query_len are host-side bounds of seq_lens and of the per-request row
- * counts (vLLM keeps both on the host). They size the launch, so the op is CUDA-graph safe.
+ * counts (vLLM keeps both on the host). max_seq_len sizes the launches and the workspace, so the
+ * op is CUDA-graph safe; max_query_len is validated against the rows.
  */
 
 /* Op 1, QSA index: s[t,j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) for j < L_t; top-k; expand. */
@@ -220,7 +225,7 @@ typedef struct sm70ops_qsa_attn_args {
   const DLTensor *query_start_loc; /* [R+1] int32 */
   const DLTensor *seq_lens;        /* [R] int32 */
   const DLTensor *block_table;     /* [R, max_pages] int32 */
-  const DLTensor *sel_blocks;      /* [T, NB] int32 */
+  const DLTensor *sel_blocks;      /* [T, NB] int32, strictly ascending (as op 1 writes them) */
   const DLTensor *sel_mask;        /* [T, NB] uint64 */
   const DLTensor *sel_count;       /* [T] int32 */
   const DLTensor *out;             /* [T, Hq, D] fp16 */
@@ -229,6 +234,7 @@ typedef struct sm70ops_qsa_attn_args {
 
 /* NVFP4 expert weights in the ModelOpt/vLLM checkpoint layout (unswizzled); e4m3 travels as uint8.
  */
+/* Every tensor of it dense (row-major, no padding), as checkpoints store them. */
 typedef struct sm70ops_nvfp4_weights {
   uint32_t struct_size;
   uint32_t reserved0;  /* keeps the pointers 8-byte aligned; must be 0 */
@@ -279,7 +285,7 @@ typedef struct sm70ops_api {
   /* The calling thread's last failure, "" if none. Valid until that thread's next call. */
   const char *(*last_error)(void);
 
-  /* Fills `out` up to out->struct_size. No CUDA call. */
+  /* Fills `out` (struct_size at least the 1.0 size). No CUDA call. */
   sm70ops_status (*get_identity)(sm70ops_identity *out);
   /* Asks the CUDA runtime: number of devices (0 and SM70OPS_OK when none) and one device's info. */
   sm70ops_status (*device_count)(int32_t *count);

@@ -97,5 +97,5 @@ sm70ops_status sm70ops_get_api(uint32_t host_major, uint32_t host_minor, uint32_
   const uint32_t plugin_minor = SM70OPS_ABI_MINOR;
   *negotiated_minor = host_minor < plugin_minor ? host_minor : plugin_minor;
   *api = &kApi;
-  return sm70_ok();
+  return SM70OPS_OK; /* no sm70_ok(): the first touch of the thread-local buffer may allocate */
 }

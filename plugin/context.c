@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/common/cuda_device.h"
+#include "plugin/build_info.h"
 #include "plugin/status.h"
 
 enum { kSm70 = 70 };
@@ -22,6 +23,18 @@ void sm70_log(const sm70ops_context *ctx, sm70ops_log_level level, const char *f
 
 static void log_setting(void *user, sm70ops_log_level level, const char *text) {
   sm70_log((const sm70ops_context *)user, level, "sm70ops: %s", text);
+}
+
+/* The library carries SASS only (no PTX): a device whose compute capability is not in the build's
+ * list cannot run any kernel, so every op must decline rather than fail in execute. */
+static void note_missing_code(sm70ops_context *ctx) {
+  for (int i = 0; i < sm70_build_arch_count; ++i) {
+    if (sm70_build_archs[i] == ctx->compute_capability) return;
+  }
+  snprintf(ctx->no_code_note, sizeof(ctx->no_code_note),
+           "this build carries code for %s only, none for compute capability %d.%d%s",
+           sm70_build_sm_list, ctx->compute_capability / 10, ctx->compute_capability % 10,
+           ctx->compute_capability == 70 ? ": a V100 needs the sm70 build (--config=sm70)" : "");
 }
 
 /* Asks the CUDA runtime for the device's compute capability; no device is not an error. */
@@ -41,6 +54,7 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
   if (sm70_cuda_compute_capability(ctx->device_ordinal, &ctx->compute_capability, &err) != 0) {
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   }
+  note_missing_code(ctx);
   return sm70_ok();
 }
 
@@ -136,6 +150,8 @@ static const char *checked_what(uint32_t kind) {
       return "context length (seq_lens, query_start_loc)";
     case SM70_CHECKED_EXPERT_ID:
       return "topk_ids expert id";
+    case SM70_CHECKED_SEL_ORDER:
+      return "sel_blocks page (not above the one before it; the list must ascend)";
     default:
       return "index";
   }
@@ -144,10 +160,14 @@ static const char *checked_what(uint32_t kind) {
 sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx) {
   sm70_checked_error *e = ctx->checked_host;
   if (e == NULL) return SM70OPS_OK;
-  const uint32_t kind = __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE);
+  uint32_t kind = __atomic_load_n(&e->kind, __ATOMIC_ACQUIRE);
   if (kind == SM70_CHECKED_OK || kind == 0xffffffffu) return SM70OPS_OK; /* none, or mid-write */
   const sm70_checked_error seen = *e;
-  __atomic_store_n(&e->kind, (uint32_t)SM70_CHECKED_OK, __ATOMIC_RELEASE);
+  /* One taker per record: of two threads executing at once, only one reports it. */
+  if (!__atomic_compare_exchange_n(&e->kind, &kind, (uint32_t)SM70_CHECKED_OK, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    return SM70OPS_OK;
+  }
   return sm70_fail(SM70OPS_ERR_INDEX_OUT_OF_RANGE,
                    "checked mode: an earlier call on this context read %s %lld, outside [0, %lld), "
                    "at row %d; its results are wrong where that index was used",

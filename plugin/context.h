@@ -19,6 +19,9 @@ struct sm70ops_context {
   sm70_checked_error *checked_host;
   void *checked_device;
   char no_device_note[160];
+  /* Non-empty when the context's real device has no SASS in this build (e.g. a V100 under the
+   * default sm_75/sm_90 build): every op declines with this note. */
+  char no_code_note[160];
 };
 
 sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_context **out);

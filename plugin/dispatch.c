@@ -60,6 +60,9 @@ static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70o
                         ctx->compute_capability / 10, ctx->compute_capability % 10,
                         ctx->compute_capability);
   }
+  if (ctx->no_code_note[0] != '\0') {
+    return sm70_decline(plan, SM70OPS_REASON_ARCH, "%s", ctx->no_code_note);
+  }
   if (args == NULL) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "args is NULL");
   uint32_t size = *(const uint32_t *)args;
   if (size != op->args_size) {
@@ -77,6 +80,11 @@ static void make_plan(const sm70ops_context *ctx, sm70ops_op id, const void *arg
   const sm70_op *op = find_op(id);
   if (!common_gates(ctx, op, id, args, plan)) return;
   op->plan(ctx, args, need_data, plan);
+  /* A table entry whose kernel is not built accepts nothing, whichever op it belongs to. */
+  if (plan->reason == SM70OPS_REASON_ACCEPTED && plan->launch == NULL) {
+    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "%s: the SM70 kernel is not in this build",
+                 op->name);
+  }
 }
 
 sm70ops_status sm70_check(const sm70ops_context *ctx, sm70ops_op op, const void *args,

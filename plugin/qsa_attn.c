@@ -95,6 +95,8 @@ static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_attn_a
          check_selection(ctx, a, need_data, rows, plan);
 }
 
+enum { kMaxKvHeads = 65535 }; /* one grid row per KV head: CUDA's grid y limit */
+
 static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_plan *plan) {
   int64_t dim = a->q->shape[2];
   int64_t page_size = a->k_cache->shape[1];
@@ -102,6 +104,11 @@ static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_pl
   for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
     const qsa_attn_shape *s = &kShapes[i];
     if (dim != s->head_dim || page_size != s->page_size || group > s->max_group) continue;
+    if (a->k_cache->shape[2] > kMaxKvHeads) {
+      sm70_decline(plan, SM70OPS_REASON_TOO_LARGE, "%lld KV heads: a launch holds at most %d",
+                   (long long)a->k_cache->shape[2], kMaxKvHeads);
+      return NULL;
+    }
     if (a->max_seq_len > s->max_seq_len) {
       sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
                    "max_seq_len %d beyond the fast path's %d", a->max_seq_len, s->max_seq_len);

@@ -18,7 +18,8 @@ typedef enum {
   SM70_CHECKED_SEL_PAGE = 2,  /* sel_blocks entry outside [0, max_pages) */
   SM70_CHECKED_SEL_COUNT = 3, /* sel_count outside [0, NB] */
   SM70_CHECKED_SEQ_LEN = 4,   /* a row's context L outside [0, max_seq_len] */
-  SM70_CHECKED_EXPERT_ID = 5  /* topk_ids entry outside [0, E) */
+  SM70_CHECKED_EXPERT_ID = 5, /* topk_ids entry outside [0, E) */
+  SM70_CHECKED_SEL_ORDER = 6 /* sel_blocks not ascending (value: the page, bound: the one before) */
 } sm70_checked_kind;
 
 typedef struct sm70_checked_error {

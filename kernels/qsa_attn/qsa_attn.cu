@@ -67,6 +67,9 @@ struct __align__(32) Smem {
   int32_t scan[kWarps + 1];
 };
 
+static_assert(sizeof(Smem<256>) <= 96 * 1024 && sizeof(Smem<128>) <= 96 * 1024,
+              "a V100 block holds at most 96 KB");
+
 struct Tile {
   int request;
   int row0;
@@ -119,7 +122,7 @@ __device__ void load_rows(const Params &p, const Tile &tile, int group, Smem<D> 
   for (int i = threadIdx.x; i < kM * kChunks; i += kThreads) {
     const int m = i / kChunks, c = i % kChunks, r = m / group, g = m % group;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < tile.rows && r * group + g == m) {
+    if (r < tile.rows) {
       const uint16_t *src = p.q + (int64_t)(tile.row0 + r) * p.q_row_stride +
                             (int64_t)(kvh * group + g) * p.q_head_stride;
       v = reinterpret_cast<const uint4 *>(src)[c];
@@ -153,6 +156,9 @@ __device__ void load_selection(const Params &p, const Tile &tile, Smem<D> &s) {
       const int page = blocks[e];
       if (page < 0 || page >= p.max_pages) {
         report_bad_index(p.checked, SM70_CHECKED_SEL_PAGE, t, page, p.max_pages);
+      }
+      if (e > 0 && page <= blocks[e - 1]) {  // masks are found by rank: the list must ascend
+        report_bad_index(p.checked, SM70_CHECKED_SEL_ORDER, t, page, blocks[e - 1]);
       }
       if (page >= 0 && page < live_pages) atomicOr(&s.row_pages[r][page / 32], 1u << (page % 32));
     }
@@ -377,7 +383,7 @@ __device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D> 
   const int kvh = blockIdx.y;
   for (int i = threadIdx.x; i < kM * (D / 2); i += kThreads) {
     const int m = i / (D / 2), d = (i % (D / 2)) * 2, r = m / group, g = m % group;
-    if (r >= tile.rows || r * group + g != m) continue;
+    if (r >= tile.rows) continue;
     const float inv = s.l[m] > 0.f ? 1.f / s.l[m] : 0.f;
     const __half2 v = __floats2half2_rn(stage[m * kLd + d] * inv, stage[m * kLd + d + 1] * inv);
     uint16_t *dst = p.out + (int64_t)(tile.row0 + r) * p.out_row_stride +
@@ -386,7 +392,7 @@ __device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D> 
   }
   if (p.lse != nullptr && threadIdx.x < kM) {
     const int m = threadIdx.x, r = m / group, g = m % group;
-    if (r < tile.rows && r * group + g == m) {
+    if (r < tile.rows) {
       p.lse[(int64_t)(tile.row0 + r) * p.lse_row_stride + kvh * group + g] =
           s.l[m] > 0.f ? s.m[m] + __logf(s.l[m]) : -INFINITY;
     }

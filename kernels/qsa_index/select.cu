@@ -64,6 +64,7 @@ struct SelectSmem {
   float w[kHeads];
   uint32_t cand_count;
 };
+static_assert(sizeof(SelectSmem) <= 96 * 1024, "a V100 block holds at most 96 KB");
 
 __device__ __forceinline__ void mark_position(int pos, SelectSmem &s) {
   atomicOr(&s.bitmap[pos >> 5], 1u << (pos & 31));
