@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
+#include "tests/ref/compare.h"
 #include "tests/ref/half.h"
 #include "tests/ref/nvfp4_ref.h"
 
@@ -374,28 +375,6 @@ std::vector<uint16_t> RunCaptured(const Plugin &plugin, Device &dev) {
   return dev.DownloadOut();
 }
 
-struct Error {
-  double rel_l2 = 0, max_abs = 0;
-  int64_t non_finite = 0;
-};
-
-Error Compare(const std::vector<uint16_t> &gpu, const std::vector<double> &ref) {
-  Error e;
-  double err2 = 0, ref2 = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double g = sm70ops::ref::half_to_float(gpu[i]);
-    if (!std::isfinite(g)) {
-      ++e.non_finite;
-      continue;
-    }
-    err2 += (g - ref[i]) * (g - ref[i]);
-    ref2 += ref[i] * ref[i];
-    e.max_abs = std::max(e.max_abs, std::abs(g - ref[i]));
-  }
-  e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  return e;
-}
-
 class SM70_Nvfp4Moe : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SM70_Nvfp4Moe, MatchesReference) {
@@ -415,7 +394,9 @@ TEST_P(SM70_Nvfp4Moe, MatchesReference) {
     const std::vector<uint16_t> captured = RunCaptured(plugin, dev);
     EXPECT_TRUE(first == captured) << "the graph replay gives another result";
   }
-  const Error e = Compare(first, Reference(c, in));
+  std::vector<double> got(first.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = sm70ops::ref::half_to_float(first[i]);
+  const sm70ops::ref::ErrorStats e = sm70ops::ref::compare(got, Reference(c, in));
   EXPECT_EQ(e.non_finite, 0) << "NaN/Inf outputs (the reference has none)";
   EXPECT_LE(e.rel_l2, 5e-3) << "rel-L2 against the fp64 reference";
   std::printf("  T %d, E %d, top-%d, H %d, I %d: rel-L2 %.3g, max |err| %.3g\n", c.tokens,

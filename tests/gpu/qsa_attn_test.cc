@@ -19,6 +19,7 @@
 
 #include "tests/gpu/gpu_env.h"
 #include "tests/gpu/robustness.h"
+#include "tests/ref/compare.h"
 #include "tests/ref/half.h"
 #include "tests/ref/qsa_attn_ref.h"
 
@@ -148,20 +149,14 @@ double MeanNeighbourJaccard(const std::vector<sm70ops::ref::Expansion> &rows) {
   return pairs ? sum / pairs : 0;
 }
 
-std::vector<uint16_t> RandomHalves(size_t n, std::mt19937 &rng) {
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> out(n);
-  for (auto &h : out) h = sm70ops::ref::float_to_half(normal(rng));
-  return out;
-}
-
 Inputs MakeInputs(const Case &c) {
   std::mt19937 rng(uint32_t(std::hash<std::string>{}(c.name)));
   Inputs in;
   BuildMeta(c, rng, in);
-  in.q = RandomHalves(size_t(in.rows) * c.q_heads * c.head_dim, rng);
+  in.q = sm70ops::ref::random_halves(size_t(in.rows) * c.q_heads * c.head_dim, rng);
   const size_t kv_elems = size_t(in.num_pages) * kPage * c.kv_heads * c.head_dim;
-  in.kv = {RandomHalves(kv_elems, rng), RandomHalves(kv_elems, rng), c.kv_heads, c.head_dim};
+  in.kv = {sm70ops::ref::random_halves(kv_elems, rng), sm70ops::ref::random_halves(kv_elems, rng),
+           c.kv_heads, c.head_dim};
   const int nb = std::min(Pages(in.max_seq_len), std::max(1, c.topk));
   if (c.pick == Pick::kAll) {
     in.sel = sm70ops::ref::select_all_tokens(in.meta, Pages(in.max_seq_len));
@@ -274,24 +269,6 @@ Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in, float sm_sc
   return run.Download();
 }
 
-struct Errors {
-  double rel_l2 = 0, max_abs = 0;
-  int non_finite = 0;
-};
-
-Errors Compare(const std::vector<double> &got, const std::vector<double> &want) {
-  Errors e;
-  double err2 = 0, ref2 = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) ++e.non_finite;
-    err2 += (got[i] - want[i]) * (got[i] - want[i]);
-    ref2 += want[i] * want[i];
-    e.max_abs = std::max(e.max_abs, std::abs(got[i] - want[i]));
-  }
-  e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  return e;
-}
-
 void ExpectLse(const std::vector<float> &got, const std::vector<double> &want) {
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -318,7 +295,8 @@ TEST_P(SM70_QsaAttn, MatchesReference) {
                                                AttnPrecision::kFp32Fp16Out);
   std::vector<double> got(out.o.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = sm70ops::ref::half_to_float(out.o[i]);
-  const Errors gpu = Compare(got, ref.o), fp16_ref = Compare(same.o, ref.o);
+  const auto gpu = sm70ops::ref::compare(got, ref.o),
+             fp16_ref = sm70ops::ref::compare(same.o, ref.o);
   EXPECT_EQ(gpu.non_finite, 0);
   EXPECT_LE(gpu.rel_l2, 2e-3);
   EXPECT_LE(gpu.max_abs, 2 * fp16_ref.max_abs) << "same-precision reference: " << fp16_ref.max_abs;
@@ -326,7 +304,7 @@ TEST_P(SM70_QsaAttn, MatchesReference) {
   if (c.pick == Pick::kAll) {  // selecting everything is dense causal attention
     const auto dense =
         sm70ops::ref::dense_causal_attn_ref(in.q, c.q_heads, in.kv, in.meta, sm_scale);
-    EXPECT_LE(Compare(got, dense.o).rel_l2, 2e-3) << "against dense causal attention";
+    EXPECT_LE(sm70ops::ref::compare(got, dense.o).rel_l2, 2e-3) << "against dense causal attention";
   }
   std::printf(
       "  rel-L2 %.3g, max-abs %.3g (same-precision reference %.3g), neighbour overlap %.2f\n",

@@ -97,19 +97,12 @@ void ScaleSampledKeys(Inputs &in) {
   }
 }
 
-std::vector<uint16_t> RandomHalves(size_t n, std::mt19937 &rng) {
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> out(n);
-  for (auto &h : out) h = sm70ops::ref::float_to_half(normal(rng));
-  return out;
-}
-
 Inputs MakeInputs(const Case &c, uint32_t seed) {
   std::mt19937 rng(seed);
   Inputs in;
   BuildMeta(c, rng, in);
-  in.q = RandomHalves(size_t(in.rows) * kHeads * kDim, rng);
-  in.k = RandomHalves(size_t(in.num_pages) * kPage * kDim, rng);
+  in.q = sm70ops::ref::random_halves(size_t(in.rows) * kHeads * kDim, rng);
+  in.k = sm70ops::ref::random_halves(size_t(in.num_pages) * kPage * kDim, rng);
   if (c.repeated_keys) {  // every token's key is one of 7 distinct keys
     for (size_t tok = 7; tok < size_t(in.num_pages) * kPage; ++tok) {
       std::copy_n(&in.k[(tok % 7) * kDim], kDim, &in.k[tok * kDim]);

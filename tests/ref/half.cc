@@ -84,4 +84,11 @@ std::vector<float> from_half(const std::vector<uint16_t>& halves) {
   return out;
 }
 
+std::vector<uint16_t> random_halves(size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> out(count);
+  for (auto& h : out) h = float_to_half(normal(rng));
+  return out;
+}
+
 }  // namespace sm70ops::ref

@@ -4,6 +4,7 @@
 #define SM70OPS_TESTS_REF_HALF_H_
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace sm70ops::ref {
@@ -19,6 +20,9 @@ inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
 
 std::vector<uint16_t> to_half(const std::vector<float>& values);
 std::vector<float> from_half(const std::vector<uint16_t>& halves);
+
+// `count` draws of N(0, 1) rounded to fp16: the test inputs of every op.
+std::vector<uint16_t> random_halves(size_t count, std::mt19937& rng);
 
 }  // namespace sm70ops::ref
 

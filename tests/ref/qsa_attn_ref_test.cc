@@ -32,13 +32,6 @@ Varlen three_requests() {
 }
 constexpr int kPages = 7;
 
-std::vector<uint16_t> random_halves(size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> out(count);
-  for (auto& h : out) h = float_to_half(normal(rng));
-  return out;
-}
-
 struct Problem {
   Varlen meta = three_requests();
   std::vector<uint16_t> q;

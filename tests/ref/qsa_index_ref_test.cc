@@ -29,13 +29,6 @@ Varlen three_requests() {
 }
 constexpr int kThreeRequestPages = 7;
 
-std::vector<uint16_t> random_halves(size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> out(count);
-  for (auto& h : out) h = float_to_half(normal(rng));
-  return out;
-}
-
 // The definition of top-k: every chosen position beats every other one on (score, -position).
 bool is_topk(const std::vector<double>& scores, const Positions& chosen, int k) {
   const size_t want = std::min<size_t>(k, scores.size());
