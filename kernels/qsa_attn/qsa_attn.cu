@@ -1,15 +1,18 @@
 // QSA selected attention on SM70 (op 2): o[t,h] = softmax(sm_scale * q[t,h] . k[sel]) v[sel].
 //
 // One block = a tile of R adjacent rows of one request x one KV head. Its M = R x G MMA rows are
-// the G query heads sharing the KV head for each row (R = 16 / G), so one 16-row WMMA tile
-// serves them all. Adjacent rows select mostly the same pages (the seed measured 82% overlap),
-// so the block walks the union of the rows' pages once:
+// the G query heads sharing the KV head for each row (R = M / G, at most 16), in MF 16-row WMMA
+// fragments. Adjacent rows select mostly the same pages (the seed measured 82% overlap), so the
+// block walks the union of the rows' pages once, and a larger M reuses each gathered token for
+// more rows at the price of a larger union (launch_dim() says which M wins where):
 //   prologue  a bitmap of each row's selected pages (causally live only) and their union;
 //   window    32 union pages at a time: each row's mask for each page, found by the page's rank
-//             in the row's sorted list (popcounts of the row bitmap: no search);
+//             in the row's sorted list (popcounts of the row bitmap: no search), and the page's
+//             physical page from the block table;
 //   chunk     32 selected tokens of the window at a time (a token selected by any row): K and V
-//             rows gathered into shared memory, S = Q K^T (8 warps, split over D), per-row masks,
-//             fp32 online softmax, O += P V (each warp owns D/8 columns of O in registers);
+//             rows gathered into shared memory, S = Q K^T (8 warps over the 2 x MF tiles of S,
+//             split over D when fewer), per-row masks, fp32 online softmax, O += P V (each warp
+//             owns D/8 columns of O in registers for all M rows);
 //   epilogue  O / l to fp16, lse = m + log l (natural log); an empty set gives 0 and -inf.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,24 +31,25 @@ namespace wmma = nvcuda::wmma;
 using Params = sm70_qsa_attn_params;
 
 constexpr int kFrag = 16;  // WMMA m16n16k16
-constexpr int kM = 16;     // MMA rows: tile rows x query heads of the KV head
-constexpr int kWarps = 8;  // split S over D, O over columns
+constexpr int kWarps = 8;  // S tiles (split over D when fewer than 8), O over columns
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;  // tokens per step: two key fragments
 constexpr int kPage = SM70_QSA_ATTN_PAGE;
 constexpr int kWindow = 32;   // union pages resolved per step: one per lane
-constexpr int kMaxRows = kM;  // G = 1: 16 rows per tile
+constexpr int kMaxRows = 16;  // tile rows: one bit each in a token's row mask, bitmaps on chip
 constexpr int kPageWords = SM70_QSA_ATTN_MAX_SEQ_LEN / kPage / 32;
 constexpr int kPad = 8;  // halves: staggers rows over the banks
 constexpr int kPLd = kChunk + kPad;
 static_assert(kChunk == 2 * kFrag && kWarps % 2 == 0, "S: two key fragments, warps split D");
 
-template <int D>
+// MMA rows M = 16 x MF: tile rows x query heads of the KV head.
+template <int D, int MF>
 struct __align__(32) Smem {
+  static constexpr int kM = kFrag * MF;
   __half q[kM][D + kPad];
   __half k[kChunk][D + kPad];  // also the fp32 O staging of the epilogue
   __half v[kChunk][D + kPad];
-  float s_part[kWarps][kFrag][kFrag];  // S partial sums, one per warp's slice of D
+  float s_part[kWarps][kFrag][kFrag];  // S tiles, or partial sums over slices of D
   __half p[kM][kPLd];
   float row_ids[kFrag][kFrag];  // element (r, c) = r: accumulator element -> MMA row
   uint32_t row_pages[kMaxRows][kPageWords];
@@ -54,7 +58,7 @@ struct __align__(32) Smem {
   int32_t union_prefix[kPageWords + 1];
   uint64_t win_mask[kWindow][kMaxRows];
   uint64_t win_or[kWindow];
-  int32_t win_page[kWindow];
+  int32_t win_phys[kWindow];        // physical page of each window page; -1: reads as zeros
   int32_t win_prefix[kWindow + 1];  // tokens of the window's pages before each page
   int64_t tok_k[kChunk];            // element offset of the token's K row; -1: zero key
   int64_t tok_v[kChunk];
@@ -64,10 +68,9 @@ struct __align__(32) Smem {
   float alpha[kM];
   int32_t row_t[kMaxRows];
   int32_t row_len[kMaxRows];
-  int32_t scan[kWarps + 1];
 };
 
-static_assert(sizeof(Smem<256>) <= 96 * 1024 && sizeof(Smem<128>) <= 96 * 1024,
+static_assert(sizeof(Smem<256, 4>) <= 96 * 1024 && sizeof(Smem<128, 4>) <= 96 * 1024,
               "a V100 block holds at most 96 KB");
 
 struct Tile {
@@ -110,15 +113,15 @@ __device__ int row_length(const Params &p, int r, int t) {
 }
 
 // Prologue: rows, Q (zeros for MMA rows out of use), softmax state.
-template <int D>
-__device__ void load_rows(const Params &p, const Tile &tile, int group, Smem<D> &s) {
+template <int D, int MF>
+__device__ void load_rows(const Params &p, const Tile &tile, int group, Smem<D, MF> &s) {
   const int kvh = blockIdx.y;
   if (threadIdx.x < kMaxRows) {
     const int r = threadIdx.x;
     s.row_t[r] = tile.row0 + r;
     s.row_len[r] = r < tile.rows ? row_length(p, tile.request, tile.row0 + r) : 0;
   }
-  constexpr int kChunks = D / 8;
+  constexpr int kM = Smem<D, MF>::kM, kChunks = D / 8;
   for (int i = threadIdx.x; i < kM * kChunks; i += kThreads) {
     const int m = i / kChunks, c = i % kChunks, r = m / group, g = m % group;
     uint4 v = make_uint4(0, 0, 0, 0);
@@ -131,16 +134,16 @@ __device__ void load_rows(const Params &p, const Tile &tile, int group, Smem<D> 
   }
   for (int i = threadIdx.x; i < kFrag * kFrag; i += kThreads)
     s.row_ids[i / kFrag][i % kFrag] = i / kFrag;
-  if (threadIdx.x < kM) {
-    s.m[threadIdx.x] = -INFINITY;
-    s.l[threadIdx.x] = 0.f;
+  for (int m = threadIdx.x; m < kM; m += kThreads) {
+    s.m[m] = -INFINITY;
+    s.l[m] = 0.f;
   }
 }
 
 // Prologue: each row's live selected pages as a bitmap (pages of the first sel_count entries,
 // below the causal bound and the block table), their ranks, and the union.
-template <int D>
-__device__ void load_selection(const Params &p, const Tile &tile, Smem<D> &s) {
+template <int D, int MF>
+__device__ void load_selection(const Params &p, const Tile &tile, Smem<D, MF> &s) {
   for (int i = threadIdx.x; i < kMaxRows * kPageWords; i += kThreads) (&s.row_pages[0][0])[i] = 0;
   __syncthreads();
   for (int r = 0; r < tile.rows; ++r) {
@@ -195,8 +198,8 @@ __device__ __forceinline__ int nth_bit(uint64_t bits, int n) {
 }
 
 // The page of union rank `rank`: the word holding it, then the bit within the word.
-template <int D>
-__device__ int union_page(int rank, const Smem<D> &s) {
+template <int D, int MF>
+__device__ int union_page(int rank, const Smem<D, MF> &s) {
   int lo = 0, hi = kPageWords - 1;  // the last word whose prefix is <= rank
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -215,9 +218,9 @@ __device__ __forceinline__ uint64_t causal_mask(uint64_t mask, int page, int len
 }
 
 // Window step: union pages [first, first + 32): each row's mask and the window's token counts.
-template <int D>
+template <int D, int MF>
 __device__ void resolve_window(const Params &p, const Tile &tile, int first, int total,
-                               Smem<D> &s) {
+                               Smem<D, MF> &s) {
   const int j = threadIdx.x % kWindow;
   const bool live = first + j < total;
   const int page = live ? union_page(first + j, s) : 0;
@@ -235,7 +238,15 @@ __device__ void resolve_window(const Params &p, const Tile &tile, int first, int
   if (threadIdx.x < kWindow) {
     uint64_t any = 0;
     for (int r = 0; r < tile.rows; ++r) any |= s.win_mask[j][r];
-    s.win_page[j] = page;
+    int phys = -1;
+    if (any != 0) {
+      phys = p.block_table[tile.request * p.block_table_stride + page];
+      if (phys < 0 || phys >= p.num_pages) {  // an out-of-range page reads as zeros
+        report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, tile.row0, phys, p.num_pages);
+        phys = -1;
+      }
+    }
+    s.win_phys[j] = phys;
     s.win_or[j] = any;
     const int n = __popc((uint32_t)any) + __popc((uint32_t)(any >> 32));
     const int inclusive = warp_inclusive_scan(n);
@@ -246,8 +257,8 @@ __device__ void resolve_window(const Params &p, const Tile &tile, int first, int
 }
 
 // Chunk step: the window's tokens [first, first + 32), their K/V rows and which rows want them.
-template <int D>
-__device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem<D> &s) {
+template <int D, int MF>
+__device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem<D, MF> &s) {
   if (threadIdx.x >= kChunk) return;
   const int idx = first + threadIdx.x;
   int64_t k_off = -1, v_off = -1;
@@ -257,11 +268,8 @@ __device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem
     while (s.win_prefix[i + 1] <= idx) ++i;
     const int bit = nth_bit(s.win_or[i], idx - s.win_prefix[i]);
     for (int r = 0; r < tile.rows; ++r) rows |= (uint32_t)(s.win_mask[i][r] >> bit & 1u) << r;
-    const int logical = s.win_page[i];
-    const int page = p.block_table[tile.request * p.block_table_stride + logical];
-    if (page < 0 || page >= p.num_pages) {  // an out-of-range page reads as zeros
-      report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, tile.row0, page, p.num_pages);
-    } else {
+    const int64_t page = s.win_phys[i];
+    if (page >= 0) {
       const int kvh = blockIdx.y;
       k_off = page * p.k_page_stride + bit * p.k_token_stride + kvh * p.k_head_stride;
       v_off = page * p.v_page_stride + bit * p.v_token_stride + kvh * p.v_head_stride;
@@ -272,8 +280,8 @@ __device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem
   s.tok_rows[threadIdx.x] = rows;
 }
 
-template <int D>
-__device__ void load_kv(const Params &p, Smem<D> &s) {
+template <int D, int MF>
+__device__ void load_kv(const Params &p, Smem<D, MF> &s) {
   constexpr int kChunks = D / 8;
   for (int i = threadIdx.x; i < 2 * kChunk * kChunks; i += kThreads) {
     const int is_v = i / (kChunk * kChunks), tok = (i / kChunks) % kChunk, c = i % kChunks;
@@ -287,12 +295,15 @@ __device__ void load_kv(const Params &p, Smem<D> &s) {
 
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
-// S partials: warp w takes key fragment w % 2 and a quarter of D.
-template <int D>
-__device__ void scores(Smem<D> &s) {
-  const int warp = threadIdx.x / 32, frag = warp % 2;
-  constexpr int kSteps = D / kFrag / (kWarps / 2);
-  const int k0 = (warp / 2) * kSteps * kFrag;
+// S = Q K^T over the chunk: 2 x MF tiles of 16 x 16 (row fragment, key fragment); with fewer
+// tiles than warps each tile's D is split and the slices summed in softmax.
+template <int D, int MF>
+__device__ void scores(Smem<D, MF> &s) {
+  constexpr int kTiles = 2 * MF, kSplit = kWarps / kTiles, kSteps = D / kFrag / kSplit;
+  static_assert(kWarps % kTiles == 0, "every warp takes one tile slice");
+  const int warp = threadIdx.x / 32, tile = warp % kTiles;
+  const int row0 = (tile / 2) * kFrag, key0 = (tile % 2) * kFrag;
+  const int k0 = (warp / kTiles) * kSteps * kFrag;
   Acc acc;
   wmma::fill_fragment(acc, 0.f);
 #pragma unroll
@@ -300,45 +311,49 @@ __device__ void scores(Smem<D> &s) {
     const int k = k0 + step * kFrag;
     wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
     wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b;
-    wmma::load_matrix_sync(a, &s.q[0][k], D + kPad);
-    wmma::load_matrix_sync(b, &s.k[frag * kFrag][k], D + kPad);
+    wmma::load_matrix_sync(a, &s.q[row0][k], D + kPad);
+    wmma::load_matrix_sync(b, &s.k[key0][k], D + kPad);
     wmma::mma_sync(acc, a, b, acc);
   }
   wmma::store_matrix_sync(&s.s_part[warp][0][0], acc, kFrag, wmma::mem_row_major);
 }
 
-// Online softmax over the chunk: thread = (MMA row m, two tokens). P (fp16) and the rescale
-// factor of each row go to shared memory; the running max and sum advance.
-template <int D>
-__device__ void softmax(float sm_scale, int group, int used_rows, Smem<D> &s) {
-  const int m = threadIdx.x / 16, j0 = (threadIdx.x % 16) * 2;
+// Online softmax over the chunk: kLanes threads per MMA row m, kTokens tokens each. P (fp16)
+// and the rescale factor of each row go to shared memory; the running max and sum advance.
+template <int D, int MF>
+__device__ void softmax(float sm_scale, int group, int used_rows, Smem<D, MF> &s) {
+  constexpr int kM = Smem<D, MF>::kM, kTiles = 2 * MF, kLanes = kThreads / kM;
+  constexpr int kTokens = kChunk / kLanes;
+  static_assert(kLanes <= 32 && 32 % kLanes == 0, "a row's lanes sit in one warp");
+  const int m = threadIdx.x / kLanes, j0 = (threadIdx.x % kLanes) * kTokens;
   const bool row_live = m < used_rows * group;
-  float v[2];
+  float v[kTokens];
   float top = -INFINITY;
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int j = j0 + e, frag = j / kFrag;
+  for (int e = 0; e < kTokens; ++e) {
+    const int j = j0 + e, tile = (m / kFrag) * 2 + j / kFrag;
     float dot = 0.f;
 #pragma unroll
-    for (int w = frag; w < kWarps; w += 2) dot += s.s_part[w][m][j % kFrag];
+    for (int w = tile; w < kWarps; w += kTiles) dot += s.s_part[w][m % kFrag][j % kFrag];
     const bool wanted = row_live && (s.tok_rows[j] >> (m / group) & 1u);
     v[e] = wanted ? dot * sm_scale : -INFINITY;
     top = fmaxf(top, v[e]);
   }
-  for (int offset = 8; offset > 0; offset /= 2)
+  for (int offset = kLanes / 2; offset > 0; offset /= 2)
     top = fmaxf(top, __shfl_xor_sync(kFullMask, top, offset));
   const float m_old = s.m[m], m_new = fmaxf(m_old, top);
   const bool none = m_new == -INFINITY;  // nothing attended yet: avoid -inf - -inf
   float sum = 0.f;
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
+  for (int e = 0; e < kTokens; ++e) {
     const float pe = none ? 0.f : __expf(v[e] - m_new);
     sum += pe;
     s.p[m][j0 + e] = __float2half(pe);
   }
-  for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  for (int offset = kLanes / 2; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(kFullMask, sum, offset);
   __syncwarp();  // every lane has read s.m[m] (m_old) before one lane updates it
-  if (threadIdx.x % 16 == 0) {
+  if (threadIdx.x % kLanes == 0) {
     const float alpha = none ? 1.f : __expf(m_old - m_new);
     s.alpha[m] = alpha;
     s.l[m] = s.l[m] * alpha + sum;
@@ -346,52 +361,72 @@ __device__ void softmax(float sm_scale, int group, int used_rows, Smem<D> &s) {
   }
 }
 
-// O (this warp's D/8 columns) = O * alpha[row] + P V.
-template <int D, int kOFrags>
-__device__ void accumulate(Smem<D> &s, const Acc &row_map, Acc (&o)[kOFrags]) {
-  const int col0 = (threadIdx.x / 32) * kOFrags * kFrag;
+// This warp's D/8 columns of O for every row fragment: the accumulators a block holds.
+template <int D, int MF>
+struct OTile {
+  static constexpr int kFrags = D / kFrag / kWarps;  // column fragments per warp
+  Acc o[MF][kFrags];
+};
+
+// O = O * alpha[row] + P V.
+template <int D, int MF>
+__device__ void accumulate(Smem<D, MF> &s, const Acc &row_map, OTile<D, MF> &t) {
+  constexpr int kFrags = OTile<D, MF>::kFrags;
+  const int col0 = (threadIdx.x / 32) * kFrags * kFrag;
 #pragma unroll
-  for (int f = 0; f < kOFrags; ++f)
+  for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
-    for (int i = 0; i < o[f].num_elements; ++i) o[f].x[i] *= s.alpha[(int)row_map.x[i]];
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+      for (int i = 0; i < t.o[mf][f].num_elements; ++i)
+        t.o[mf][f].x[i] *= s.alpha[mf * kFrag + (int)row_map.x[i]];
 #pragma unroll
   for (int k = 0; k < kChunk; k += kFrag) {
-    wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
-    wmma::load_matrix_sync(a, &s.p[0][k], kPLd);
+    wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::row_major> b[kFrags];
 #pragma unroll
-    for (int f = 0; f < kOFrags; ++f) {
-      wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::row_major> b;
-      wmma::load_matrix_sync(b, &s.v[k][col0 + f * kFrag], D + kPad);
-      wmma::mma_sync(o[f], a, b, o[f]);
+    for (int f = 0; f < kFrags; ++f)
+      wmma::load_matrix_sync(b[f], &s.v[k][col0 + f * kFrag], D + kPad);
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+      wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
+      wmma::load_matrix_sync(a, &s.p[mf * kFrag][k], kPLd);
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) wmma::mma_sync(t.o[mf][f], a, b[f], t.o[mf][f]);
     }
   }
 }
 
-// Epilogue: O / l through shared memory (the K buffer) to fp16 rows, and lse.
-template <int D, int kOFrags>
-__device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D> &s,
-                          const Acc (&o)[kOFrags]) {
-  constexpr int kLd = D + 4;
-  static_assert(sizeof(float) * kM * kLd <= sizeof(Smem<D>::k) + sizeof(Smem<D>::v), "staging");
+// Epilogue: O / l through shared memory (the K and V buffers, one row fragment at a time) to
+// fp16 rows, and lse.
+template <int D, int MF>
+__device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D, MF> &s,
+                          const OTile<D, MF> &t) {
+  constexpr int kM = Smem<D, MF>::kM, kFrags = OTile<D, MF>::kFrags, kLd = D + 4;
+  static_assert(sizeof(float) * kFrag * kLd <= sizeof(s.k) + sizeof(s.v), "staging");
   float *stage = reinterpret_cast<float *>(&s.k[0][0]);
-  const int col0 = (threadIdx.x / 32) * kOFrags * kFrag;
+  const int col0 = (threadIdx.x / 32) * kFrags * kFrag, kvh = blockIdx.y;
 #pragma unroll
-  for (int f = 0; f < kOFrags; ++f) {
-    wmma::store_matrix_sync(stage + col0 + f * kFrag, o[f], kLd, wmma::mem_row_major);
+  for (int mf = 0; mf < MF; ++mf) {
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) {
+      wmma::store_matrix_sync(stage + col0 + f * kFrag, t.o[mf][f], kLd, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kFrag * (D / 2); i += kThreads) {
+      const int row = i / (D / 2), m = mf * kFrag + row, d = (i % (D / 2)) * 2;
+      const int r = m / group, g = m % group;
+      if (r >= tile.rows) continue;
+      const float inv = s.l[m] > 0.f ? 1.f / s.l[m] : 0.f;
+      const __half2 v =
+          __floats2half2_rn(stage[row * kLd + d] * inv, stage[row * kLd + d + 1] * inv);
+      uint16_t *dst = p.out + (int64_t)(tile.row0 + r) * p.out_row_stride +
+                      (int64_t)(kvh * group + g) * p.out_head_stride + d;
+      *reinterpret_cast<__half2 *>(dst) = v;
+    }
+    __syncthreads();  // the stage is rewritten by the next row fragment
   }
-  __syncthreads();
-  const int kvh = blockIdx.y;
-  for (int i = threadIdx.x; i < kM * (D / 2); i += kThreads) {
-    const int m = i / (D / 2), d = (i % (D / 2)) * 2, r = m / group, g = m % group;
-    if (r >= tile.rows) continue;
-    const float inv = s.l[m] > 0.f ? 1.f / s.l[m] : 0.f;
-    const __half2 v = __floats2half2_rn(stage[m * kLd + d] * inv, stage[m * kLd + d + 1] * inv);
-    uint16_t *dst = p.out + (int64_t)(tile.row0 + r) * p.out_row_stride +
-                    (int64_t)(kvh * group + g) * p.out_head_stride + d;
-    *reinterpret_cast<__half2 *>(dst) = v;
-  }
-  if (p.lse != nullptr && threadIdx.x < kM) {
-    const int m = threadIdx.x, r = m / group, g = m % group;
+  for (int m = threadIdx.x; p.lse != nullptr && m < kM; m += kThreads) {
+    const int r = m / group, g = m % group;
     if (r < tile.rows) {
       p.lse[(int64_t)(tile.row0 + r) * p.lse_row_stride + kvh * group + g] =
           s.l[m] > 0.f ? s.m[m] + __logf(s.l[m]) : -INFINITY;
@@ -399,22 +434,44 @@ __device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D> 
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 1) qsa_attn_wmma(const Params p, int group) {
+// Tile rows for MF row fragments and `group` query heads per KV head.
+__host__ __device__ constexpr int tile_rows(int mf, int group) {
+  return kFrag * mf / group < kMaxRows ? kFrag * mf / group : kMaxRows;
+}
+
+// Blocks per SM that shared memory allows (a V100 has 96 KB, a T4 64 KB, later GPUs at least
+// 164 KB), at most two: registers are capped to match, so they never bind first, and spill-free
+// at 128 per thread where two blocks fit.
+template <int D, int MF>
+constexpr int blocks_per_sm() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
+  constexpr int kSmemPerSm = 96 * 1024;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  constexpr int kSmemPerSm = 64 * 1024;
+#else
+  constexpr int kSmemPerSm = 164 * 1024;
+#endif
+  return kSmemPerSm / sizeof(Smem<D, MF>) >= 2 ? 2 : 1;
+}
+
+template <int D, int MF>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<D, MF>())
+    qsa_attn_wmma(const Params p, int group) {
   extern __shared__ __align__(32) unsigned char smem[];
-  Smem<D> &s = *reinterpret_cast<Smem<D> *>(smem);
-  constexpr int kOFrags = D / kFrag / kWarps;
-  const int tile_rows = kM / group;
+  Smem<D, MF> &s = *reinterpret_cast<Smem<D, MF> *>(smem);
   Tile tile;
-  if (!find_tile(p, tile_rows, blockIdx.x, &tile)) return;
+  if (!find_tile(p, tile_rows(MF, group), blockIdx.x, &tile)) return;
   // Prologue
   load_rows(p, tile, group, s);
   __syncthreads();
   load_selection(p, tile, s);
-  Acc row_map, o[kOFrags];
+  Acc row_map;
+  OTile<D, MF> o;
   wmma::load_matrix_sync(row_map, &s.row_ids[0][0], kFrag, wmma::mem_row_major);
 #pragma unroll
-  for (int f = 0; f < kOFrags; ++f) wmma::fill_fragment(o[f], 0.f);
+  for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+    for (int f = 0; f < OTile<D, MF>::kFrags; ++f) wmma::fill_fragment(o.o[mf][f], 0.f);
   // Main loop: windows of union pages, chunks of their tokens.
   const int total = s.union_prefix[kPageWords];
   for (int first_page = 0; first_page < total; first_page += kWindow) {
@@ -437,15 +494,48 @@ __global__ void __launch_bounds__(kThreads, 1) qsa_attn_wmma(const Params p, int
   write_out(p, tile, group, s, o);
 }
 
-template <int D>
+template <int D, int MF>
 int32_t launch(const Params &p, cudaStream_t stream) {
-  const int group = p.q_heads / p.kv_heads, tile_rows = kM / group;
-  const dim3 grid(p.rows / tile_rows + p.requests, p.kv_heads);
+  const int group = p.q_heads / p.kv_heads;
+  const dim3 grid(p.rows / tile_rows(MF, group) + p.requests, p.kv_heads);
   // Above the 48 KB default: a function attribute, not a stream operation, so capture-safe.
-  cudaFuncSetAttribute(qsa_attn_wmma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       sizeof(Smem<D>));
-  qsa_attn_wmma<D><<<grid, kThreads, sizeof(Smem<D>), stream>>>(p, group);
+  cudaFuncSetAttribute(qsa_attn_wmma<D, MF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       sizeof(Smem<D, MF>));
+  qsa_attn_wmma<D, MF><<<grid, kThreads, sizeof(Smem<D, MF>), stream>>>(p, group);
   return static_cast<int32_t>(cudaGetLastError());
+}
+
+// The tile size, measured on the TP4 shape (G 4, D 256) with realistic selections (runs of 16,
+// neighbour overlap 0.93/0.80/0.72), whole 8K/32K/128K prefills on an H200, in ms (2026-11-30):
+//                                      MF 1              MF 2              MF 4
+//   two blocks per SM (H200)           2.73/14.5/66.4    2.20/12.3/57.3    3.17/20.1/102
+//   one block per SM (as on a V100)    4.92/26.8/129     3.63/21.2/103     3.16/20.1/102
+// (one block forced by reserving shared memory). Where two MF 2 blocks fit on an SM they hide
+// each other's gather latency; where only one fits (a V100 at D 256) the 16-row tile's reuse
+// wins. Never more fragments than 16 rows x G query heads fill. Tests pick each size themselves
+// (row_fragments), so a V100's choice is checked on any GPU.
+template <int D>
+int32_t launch_dim(const Params &p, cudaStream_t stream) {
+  int mf = p.row_fragments;
+  if (mf == 0) {
+    int device = 0, smem_per_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    const int group = p.q_heads / p.kv_heads;
+    const int wanted = smem_per_sm >= 2 * (int)sizeof(Smem<D, 2>) ? 2 : 4;
+    const int filled = group == 1 ? 1 : group == 2 ? 2 : 4;
+    mf = wanted < filled ? wanted : filled;
+  }
+  switch (mf) {
+    case 1:
+      return launch<D, 1>(p, stream);
+    case 2:
+      return launch<D, 2>(p, stream);
+    case 4:
+      return launch<D, 4>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
@@ -454,5 +544,5 @@ int32_t launch(const Params &p, cudaStream_t stream) {
 extern "C" int32_t sm70_qsa_attn_launch(const sm70_qsa_attn_params *p, void *stream) {
   using namespace sm70ops::qsa_attn;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return p->head_dim == 256 ? launch<256>(*p, s) : launch<128>(*p, s);
+  return p->head_dim == 256 ? launch_dim<256>(*p, s) : launch_dim<128>(*p, s);
 }

@@ -1,10 +1,12 @@
 """sm70ops from Python: load libsm70ops.so through its C ABI (ctypes, no compiled extension).
 
     plugin.Plugin      dlopen + ABI negotiation; identity, devices, contexts
+    torch_ops          TorchOps: each op on torch tensors, the plugin where it accepts, else generic
     ops                the four ops' argument structs from torch tensors or descriptors
     dlpack             DLTensor views
     generic            the host's own torch implementations (what runs when the plugin declines)
     model              the served model's shapes, as `python -m sm70ops check` uses them
+    demo               one decoder layer of the model, plugin vs generic, tensor-parallel over NCCL
 
 Importing this package needs no torch; the functions that use torch import it themselves.
 """

@@ -104,9 +104,23 @@ def run_info(opts):
 
 
 def run_bench(opts):
-    from . import bench, bench_attn
+    from . import bench, bench_attn, bench_moe
 
-    return {"qsa_index": bench.main, "qsa_attn": bench_attn.main}[opts.op](opts)
+    return {"qsa_index": bench.main, "qsa_attn": bench_attn.main,
+            "nvfp4_moe": bench_moe.main}[opts.op](opts)
+
+
+def run_demo(opts):
+    from . import demo
+
+    return demo.main(opts)
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def parse(argv):
@@ -129,9 +143,19 @@ def parse(argv):
     check.add_argument("--device", type=int, default=0)
     bench = commands.add_parser("bench", parents=[library],
                                 help="plugin vs generic torch path (needs a CUDA GPU and torch)")
-    bench.add_argument("op", choices=["qsa_index", "qsa_attn"])
+    bench.add_argument("op", choices=["qsa_index", "qsa_attn", "nvfp4_moe"])
     bench.add_argument("--plot", default="sm70ops_qsa_index_crossover.png",
                        help="qsa_index: PNG of the crossover, written when matplotlib is importable")
+    demo = commands.add_parser(
+        "demo", parents=[library],
+        help="one sparse-attention MoE layer over a prompt, plugin vs generic, tokens/s; "
+        "with --tp N also tensor-parallel over NCCL on N GPUs, checked against TP 1")
+    demo.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size (default 1)")
+    demo.add_argument("--prompts", type=_positive, nargs="+", default=[8192, 32768],
+                      metavar="TOKENS", help="prompt lengths (default 8192 32768)")
+    demo.add_argument("--reps", type=_positive, default=3, help="timed runs per case (median)")
+    demo.add_argument("--plot", default="sm70ops_layer_prefill.png",
+                      help="PNG of layer time vs prompt length (when matplotlib is importable)")
     opts = parser.parse_args(argv)
     opts.library = getattr(opts, "library", None)
     return opts
@@ -139,7 +163,8 @@ def parse(argv):
 
 def main(argv=None):
     opts = parse(sys.argv[1:] if argv is None else argv)
-    run = {"info": run_info, "check": run_check, "bench": run_bench}[opts.command]
+    run = {"info": run_info, "check": run_check, "bench": run_bench,
+           "demo": run_demo}[opts.command]
     try:
         return run(opts)
     except Sm70opsError as e:

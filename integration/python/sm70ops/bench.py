@@ -175,12 +175,16 @@ def _print_verdict(rows):
     elif failed:
         print(f"check: MISMATCH: {failed} rows of topk_idx differ beyond ops.md's near-tie rule")
     else:
-        print(f"check: plugin topk_idx == generic on the first repetition at every size"
+        print("check: plugin topk_idx == generic on the first repetition at every size"
               + (f", except {excused} near-tie rows ops.md allows" if excused else ""))
     return EXIT_MISMATCH if failed else EXIT_OK
 
 
-def _plot(path, rows, title):
+def plot_series(path, series, xlabel, title):
+    """A log-log PNG of {label: (xs, median ms)}, written when matplotlib is importable and
+    `path` is not empty."""
+    if not path:
+        return
     try:
         import matplotlib
 
@@ -190,11 +194,10 @@ def _plot(path, rows, title):
         print("plot: skipped (matplotlib is not importable)")
         return
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.loglog([r.keys for r in rows], [r.generic_ms for r in rows], "o-", label="generic (torch)")
-    timed = [r for r in rows if r.plugin_ms is not None]
-    if timed:
-        ax.loglog([r.keys for r in timed], [r.plugin_ms for r in timed], "s-", label="sm70ops")
-    ax.set_xlabel("keys (context length)")
+    for (label, (xs, ys)), marker in zip(series.items(), "os^vD"):
+        if xs:
+            ax.loglog(xs, ys, marker + "-", label=label)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("median ms")
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
@@ -218,5 +221,8 @@ def main(opts):
         rows = [_measure(torch, ctx, x, keys) for keys in KEYS]
     _print_table(rows)
     code = _print_verdict(rows)
-    _plot(opts.plot, rows, f"qsa_index, {ROWS} rows x keys, K={TOPK}, {name}")
+    timed = [r for r in rows if r.plugin_ms is not None]
+    plot_series(opts.plot, {"generic (torch)": ([r.keys for r in rows], [r.generic_ms for r in rows]),
+                            "sm70ops": ([r.keys for r in timed], [r.plugin_ms for r in timed])},
+                "keys (context length)", f"qsa_index, {ROWS} rows x keys, K={TOPK}, {name}")
     return code

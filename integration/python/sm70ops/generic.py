@@ -177,48 +177,54 @@ def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk,
 # Op 2: QSA selected attention --------------------------------------------------------------------
 
 
-def selected_tokens(sel_blocks, sel_mask, sel_count, width):
-    """bool [T, width]: token p is in the row's set (a position selected twice counts once;
-    positions >= width are dropped)."""
+def selected_positions(sel_blocks, sel_mask, sel_count, bound):
+    """Each row's selected positions below bound [n] (its L_t): (positions [n, W] int64
+    ascending, valid [n, W] bool), W the largest count; a position selected twice counts once,
+    padding is position 0 and not valid."""
     import torch
 
     rows, nb = sel_blocks.shape
     device = sel_blocks.device
     masks = sel_mask if sel_mask.dtype == torch.int64 else sel_mask.view(torch.int64)
-    bits = (masks.unsqueeze(-1) & _bit_values(device)) != 0  # [T, NB, 64]
+    bits = (masks.unsqueeze(-1) & _bit_values(device)) != 0  # [n, NB, 64]
     counted = torch.arange(nb, device=device) < sel_count.unsqueeze(1).long()
     position = sel_blocks.long().unsqueeze(-1) * PAGE + torch.arange(PAGE, device=device)
-    keep = bits & counted.unsqueeze(-1) & (position >= 0) & (position < width)
-    flat = torch.arange(rows, device=device).view(rows, 1, 1) * width + position
-    dense = torch.zeros(rows * width, dtype=torch.bool, device=device)
-    dense[flat[keep]] = True
-    return dense.view(rows, width)
+    keep = bits & counted.unsqueeze(-1) & (position >= 0) & (position < bound.view(-1, 1, 1))
+    past = torch.iinfo(torch.int64).max  # sorts after every position
+    key = torch.where(keep, position, past).flatten(1).sort(dim=1).values
+    repeated = torch.zeros_like(key, dtype=torch.bool)
+    repeated[:, 1:] = key[:, 1:] == key[:, :-1]
+    key = key.masked_fill(repeated, past).sort(dim=1).values
+    valid = key != past
+    width = int(valid.sum(dim=1).max()) if rows else 0
+    return key[:, :width].masked_fill(~valid[:, :width], 0), valid[:, :width]
 
 
-def _attend(q, keys, values, allowed, sm_scale):
-    """Softmax attention of q [n, Hq, D] over keys, values [L, Hkv, D] where allowed [n, L],
-    fp32 throughout: (o [n, Hq, D] fp32, lse [n, Hq]). An empty set gives o = 0, lse = -inf."""
+def _attend(q, keys, values, valid, sm_scale):
+    """Softmax attention of each row of q [n, Hq, D] over its own keys, values [n, W, Hkv, D]
+    where valid [n, W], fp32 throughout: (o [n, Hq, D] fp32, lse [n, Hq]). An empty set gives
+    o = 0, lse = -inf."""
     import torch
 
     n, q_heads, dim = q.shape
-    kv_heads = keys.shape[1]
+    kv_heads = keys.shape[2]
     qf = q.float().reshape(n, kv_heads, q_heads // kv_heads, dim)
-    logits = torch.einsum("nkgd,lkd->nkgl", qf, keys) * sm_scale
-    logits = logits.masked_fill(~allowed.view(n, 1, 1, -1), float("-inf"))
+    logits = torch.einsum("nkgd,nwkd->nkgw", qf, keys.float()) * sm_scale
+    logits = logits.masked_fill(~valid.view(n, 1, 1, -1), float("-inf"))
     peak = logits.amax(dim=-1, keepdim=True)
     peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
     p = torch.exp(logits - peak)
     total = p.sum(dim=-1, keepdim=True)
     tiny = torch.finfo(torch.float32).tiny  # an empty set: 0 / tiny = 0
-    o = torch.einsum("nkgl,lkd->nkgd", p, values) / total.clamp(min=tiny)
+    o = torch.einsum("nkgw,nwkd->nkgd", p, values.float()) / total.clamp(min=tiny)
     lse = torch.log(total) + peak
     return o.reshape(n, q_heads, dim), lse.reshape(n, q_heads)
 
 
 def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_blocks, sel_mask,
              sel_count, sm_scale):
-    """Op 2 (QSA selected attention): dense masked attention over each row's selected tokens
-    with position < L_t, fp32 logits, softmax and accumulation.
+    """Op 2 (QSA selected attention): each row gathers its selected tokens with position < L_t
+    and attends over them, fp32 logits, softmax and accumulation.
 
     q [T, Hq, D] fp16; k_cache, v_cache [num_pages, 64, Hkv, D] fp16; sel_blocks [T, NB]
     int32, sel_mask [T, NB] uint64 (or int64 bits), sel_count [T] int32. Query head h reads KV
@@ -228,22 +234,27 @@ def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_bl
     import torch
 
     rows, q_heads, dim = q.shape
+    kv_heads, nb = k_cache.shape[2], sel_blocks.shape[1]
     out = torch.zeros((rows, q_heads, dim), dtype=torch.float16, device=q.device)
     lse = torch.full((rows, q_heads), float("-inf"), dtype=torch.float32, device=q.device)
     for r, (first, count, seq_len) in enumerate(_requests(query_start_loc, seq_lens)):
-        keys = _gather_tokens(k_cache, block_table[r], seq_len).float()
-        values = _gather_tokens(v_cache, block_table[r], seq_len).float()
-        positions = seq_len - count + torch.arange(count, device=q.device)
-        # Per row: fp32 logits and weights over L keys per head, int64 NB x 64 expansions.
-        per_row = 2 * max(seq_len * q_heads, sel_blocks.shape[1] * PAGE * 2)
-        for start, end in _row_chunks(count, per_row):
-            t0, t1 = first + start, first + end
-            allowed = selected_tokens(sel_blocks[t0:t1], sel_mask[t0:t1], sel_count[t0:t1],
-                                      seq_len)
-            causal = torch.arange(seq_len, device=q.device) <= positions[start:end, None]
-            o, row_lse = _attend(q[t0:t1], keys, values, allowed & causal, sm_scale)
-            out[t0:t1] = o.to(torch.float16)
-            lse[t0:t1] = row_lse
+        keys = _gather_tokens(k_cache, block_table[r], seq_len)
+        values = _gather_tokens(v_cache, block_table[r], seq_len)
+        bound = seq_len - count + 1 + torch.arange(count, device=q.device)  # L_t
+        for start, end in _row_chunks(count, 4 * nb * PAGE):  # the NB x 64 expansion, int64
+            positions, valid = selected_positions(sel_blocks[first + start:first + end],
+                                                  sel_mask[first + start:first + end],
+                                                  sel_count[first + start:first + end],
+                                                  bound[start:end])
+            width = positions.shape[1]  # fp32 K and V of `width` tokens per row
+            if width == 0:
+                continue  # every row's set is empty: out stays 0, lse -inf
+            for a, b in _row_chunks(end - start, 2 * width * (kv_heads * dim + q_heads)):
+                t0, t1 = first + start + a, first + start + b
+                o, row_lse = _attend(q[t0:t1], keys[positions[a:b]], values[positions[a:b]],
+                                     valid[a:b], sm_scale)
+                out[t0:t1] = o.to(torch.float16)
+                lse[t0:t1] = row_lse
     return out, lse
 
 
@@ -278,29 +289,77 @@ def dequantize(packed, scales):
     return e2m1[nibbles] * scale
 
 
+def _expert_weights(e, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):
+    """Expert e dequantized, scale_2 applied: (w_in [2I, H], w_out [H, I]) fp32."""
+    inter = w13.shape[1] // 2
+    w_in = dequantize(w13[e], w13_scale[e])
+    w_in[:inter] *= w13_scale_2[e, 0].float()
+    w_in[inter:] *= w13_scale_2[e, 1].float()
+    return w_in, dequantize(w2[e], w2_scale[e]) * w2_scale_2[e].float()
+
+
+def _routed_sum(x, topk_ids, topk_weights, experts, expert_weights):
+    """out [T, H] fp16 = sum_j topk_weights[t,j] * y_e(x[t]) in fp32, with (w_in, w_out) =
+    expert_weights(e) for each routed expert e; y_e is computed in the weights' dtype. The
+    (token, slot) pairs are sorted by expert once, so each expert reads one contiguous slice."""
+    import torch
+
+    ids = topk_ids.flatten().long()
+    if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < experts:
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise ValueError(f"nvfp4_moe: topk_ids holds expert {bad}, outside 0..{experts - 1}")
+    order = ids.argsort(stable=True)
+    counts = torch.bincount(ids, minlength=experts).tolist()
+    token = order // topk_ids.shape[1]
+    routed = x[token]
+    y = torch.empty(routed.shape, dtype=torch.float32, device=x.device)
+    end = 0
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        begin, end = end, end + n
+        w_in, w_out = expert_weights(e)
+        inter = w_in.shape[0] // 2
+        h = routed[begin:end].to(w_in.dtype) @ w_in.t()
+        y[begin:end] = (torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]) @ w_out.t()
+    y *= topk_weights.flatten()[order].float().unsqueeze(1)
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    return out.index_add_(0, token, y).to(torch.float16)
+
+
 def nvfp4_moe(x, topk_ids, topk_weights, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):
-    """Op 3 (grouped NVFP4 W4A16 MoE) on the routed experts only, fp32 accumulation.
+    """Op 3 (grouped NVFP4 W4A16 MoE) on the routed experts only, fp32 throughout.
 
     x [T, H] fp16; topk_ids [T, k] int32; topk_weights [T, k] fp32; w13 [E, 2I, H/2] uint8
     (rows 0..I-1 gate, I..2I-1 up), w13_scale [E, 2I, H/16] e4m3, w13_scale_2 [E, 2] fp32
     (gate, up); w2 [E, H, I/2] uint8, w2_scale [E, H, I/16] e4m3, w2_scale_2 [E] fp32.
     W[n,k] = e2m1 * e4m3 * scale_2; out[t] = sum_j topk_weights[t,j] *
     (silu(x W_gate^T) * (x W_up^T)) W2^T of expert topk_ids[t,j]; returns out [T, H] fp16.
+    Dequantizes each routed expert on every call: the reference, and a host's fallback when
+    it has no memory for an fp16 copy (dequantize_experts).
     """
+    weights = (w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2)
+    return _routed_sum(x, topk_ids, topk_weights, w13.shape[0],
+                       lambda e: _expert_weights(e, *weights))
+
+
+def dequantize_experts(w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):
+    """The fp16 copy of every expert a host without the plugin makes at load, when it has the
+    memory (4x the NVFP4 bytes): (w13 [E, 2I, H], w2 [E, H, I]) fp16, scale_2 applied."""
     import torch
 
-    experts, inter = w13.shape[0], w13.shape[1] // 2
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    xf = x.float()
-    for e in torch.unique(topk_ids).tolist():
-        if not 0 <= e < experts:
-            raise ValueError(f"nvfp4_moe: topk_ids holds expert {e}, outside 0..{experts - 1}")
-        token, slot = (topk_ids == e).nonzero(as_tuple=True)
-        w_in = dequantize(w13[e], w13_scale[e])
-        w_in[:inter] *= w13_scale_2[e, 0].float()
-        w_in[inter:] *= w13_scale_2[e, 1].float()
-        w_out = dequantize(w2[e], w2_scale[e]) * w2_scale_2[e].float()
-        h = xf[token] @ w_in.t()
-        y = (torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]) @ w_out.t()
-        out.index_add_(0, token, y * topk_weights[token, slot].float().unsqueeze(1))
-    return out.to(torch.float16)
+    experts, two_inter, hidden = w13.shape[0], w13.shape[1], w2.shape[1]
+    w13_dense = torch.empty((experts, two_inter, hidden), dtype=torch.float16, device=w13.device)
+    w2_dense = torch.empty((experts, hidden, two_inter // 2), dtype=torch.float16,
+                           device=w13.device)
+    for e in range(experts):
+        w_in, w_out = _expert_weights(e, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2)
+        w13_dense[e], w2_dense[e] = w_in, w_out
+    return w13_dense, w2_dense
+
+
+def moe_dense(x, topk_ids, topk_weights, w13_dense, w2_dense):
+    """Op 3 on dequantize_experts' fp16 copy: fp16 GEMMs (fp32 accumulation on CUDA), fp32
+    combine. Same out as nvfp4_moe within fp16 rounding of h and a."""
+    return _routed_sum(x, topk_ids, topk_weights, w13_dense.shape[0],
+                       lambda e: (w13_dense[e], w2_dense[e]))

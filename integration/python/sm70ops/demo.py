@@ -1,0 +1,412 @@
+"""python -m sm70ops demo: one sparse-attention decoder layer of the model (ops.md) over a prompt,
+the plugin against the generic torch path, optionally tensor-parallel over NCCL.
+
+The layer, per rank (TP splits the attention heads and every expert's intermediate size; the
+indexer and the router are replicated):
+    h = rmsnorm(x); q, k, v = h Wq, h Wk, h Wv; index q, k, weights = h Wiq, h Wik, h Wiw
+    k, v, index k -> paged caches (scattered pages); sel = qsa_index; o = qsa_attn
+    x1 = x + allreduce(o Wo)
+    h2 = rmsnorm(x1); top-10 experts of h2 Wr, softmax over the ten
+    x2 = x1 + allreduce(nvfp4_moe(h2))
+Random weights from fixed seeds, so every rank and every TP size builds the same model; the
+experts are random NVFP4 codes and e4m3 scales. A prompt runs as chunks of 8192 rows (vLLM's
+chunked prefill), each seeing the prompt so far. No RoPE: it changes no op's cost.
+
+The generic path is what a host without the plugin runs (torch_ops.TorchOps with no context):
+generic.qsa_index, generic.qsa_attn, and generic.moe_dense on an fp16 copy of the experts made
+at load (the fastest fallback, when memory allows). CUDA events per op, summed over the chunks.
+"""
+import dataclasses
+import os
+
+from . import generic, model
+from .bench import plot_series
+from .torch_ops import TorchOps
+
+SEED = 2026
+CHUNK = model.CHUNK_ROWS
+FULL = model.MODEL_SHAPES[1]
+PHASES = ("qsa_index", "qsa_attn", "nvfp4_moe", "allreduce", "dense")
+ATTN_GATE, MOE_GATE = 2e-3, 5e-3  # ops.md, ops 2 and 3: the TP run against the TP=1 run
+EXIT_OK, EXIT_MISMATCH, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
+
+
+def tp_sizes_ok(tp):
+    """Why `tp` cannot split the model, or None."""
+    m = FULL
+    if m.q_heads % tp or m.expert_inter % tp:
+        return f"TP {tp} must divide the {m.q_heads} query heads and I = {m.expert_inter}"
+    if m.kv_heads % tp and tp % m.kv_heads:
+        return f"TP {tp} and the {m.kv_heads} KV heads must divide one another"
+    return None
+
+
+@dataclasses.dataclass
+class Shard:
+    """One rank's slice: query heads [q0, q0 + hq), KV heads [kv0, kv0 + hkv), inter slice i."""
+
+    tp: int
+    rank: int
+
+    @property
+    def hq(self):
+        return FULL.q_heads // self.tp
+
+    @property
+    def q0(self):
+        return self.rank * self.hq
+
+    @property
+    def hkv(self):
+        return max(1, FULL.kv_heads // self.tp)
+
+    @property
+    def kv0(self):
+        return self.q0 // (FULL.q_heads // FULL.kv_heads)
+
+    @property
+    def inter(self):
+        return FULL.expert_inter // self.tp
+
+
+def _randn(torch, shape, seed, scale):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(shape, generator=g, device="cuda") * scale).half()
+
+
+def random_experts(torch, shard):
+    """This rank's NVFP4 experts, sliced from the TP=1 checkpoint (regenerated from its seed)."""
+    m, g = FULL, torch.Generator(device="cuda").manual_seed(SEED + 100)
+    e, h, i = m.experts, m.hidden, m.expert_inter
+
+    def codes(*shape):
+        return torch.randint(0, 256, shape, generator=g, device="cuda", dtype=torch.uint8)
+
+    def scales(*shape):  # e4m3 with exponent field 5..8 and any mantissa: 0.25 .. 3.75
+        exponent = torch.randint(5, 9, shape, generator=g, device="cuda", dtype=torch.uint8)
+        mantissa = torch.randint(0, 8, shape, generator=g, device="cuda", dtype=torch.uint8)
+        return exponent * 8 + mantissa
+
+    # An e2m1 code times these scales has rms ~3: scale_2 brings the weights to 1/sqrt(fan-in).
+    w13, w13_scale = codes(e, 2 * i, h // 2), scales(e, 2 * i, h // 16)
+    w2, w2_scale = codes(e, h, i // 2), scales(e, h, i // 16)
+    w13_scale_2 = torch.rand((e, 2), generator=g, device="cuda") * 0.004 + 0.005
+    w2_scale_2 = torch.rand((e,), generator=g, device="cuda") * 0.01 + 0.01
+    lo, n = shard.rank * shard.inter, shard.inter
+    halves = lambda t: torch.cat([t[:, lo:lo + n], t[:, i + lo:i + lo + n]], dim=1)  # noqa: E731
+    return dict(w13=halves(w13), w13_scale=halves(w13_scale), w13_scale_2=w13_scale_2,
+                w2=w2[:, :, lo // 2:(lo + n) // 2].contiguous(),
+                w2_scale=w2_scale[:, :, lo // 16:(lo + n) // 16].contiguous(),
+                w2_scale_2=w2_scale_2)
+
+
+def build_layer(torch, shard):
+    """This rank's weights: dense fp16 projections and NVFP4 experts."""
+    m, d = FULL, FULL.head_dim
+    wq = _randn(torch, (m.hidden, m.q_heads * d), SEED + 1, m.hidden ** -0.5)
+    wk = _randn(torch, (m.hidden, m.kv_heads * d), SEED + 2, m.hidden ** -0.5)
+    wv = _randn(torch, (m.hidden, m.kv_heads * d), SEED + 3, m.hidden ** -0.5)
+    wo = _randn(torch, (m.q_heads * d, m.hidden), SEED + 4, (m.q_heads * d) ** -0.5)
+    qs, kvs = slice(shard.q0 * d, (shard.q0 + shard.hq) * d), slice(
+        shard.kv0 * d, (shard.kv0 + shard.hkv) * d)
+    return dict(
+        wq=wq[:, qs].contiguous(), wk=wk[:, kvs].contiguous(), wv=wv[:, kvs].contiguous(),
+        wo=wo[qs].contiguous(),
+        wiq=_randn(torch, (m.hidden, m.index_heads * m.index_dim), SEED + 5, m.hidden ** -0.5),
+        wik=_randn(torch, (m.hidden, m.index_dim), SEED + 6, m.hidden ** -0.5),
+        wiw=_randn(torch, (m.hidden, m.index_heads), SEED + 7, m.hidden ** -0.5),
+        router=_randn(torch, (m.hidden, m.experts), SEED + 8, m.hidden ** -0.5),
+        experts=random_experts(torch, shard))
+
+
+class Phases:
+    """CUDA-event time per phase, summed over a prompt's chunks."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.marks = []
+
+    def timed(self, phase, fn, *args, **kwargs):
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        result = fn(*args, **kwargs)
+        end.record()
+        self.marks.append((phase, start, end))
+        return result
+
+    def totals_ms(self):
+        self.torch.cuda.synchronize()
+        out = dict.fromkeys(PHASES, 0.0)
+        for phase, start, end in self.marks:
+            out[phase] += start.elapsed_time(end)
+        return out
+
+
+def _rmsnorm(torch, x):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + 1e-6)).half()
+
+
+class Layer:
+    """One rank's layer and its caches for one prompt; `ops` picks plugin or generic paths."""
+
+    def __init__(self, torch, shard, weights, ops, prompt, group=None):
+        self.torch, self.shard, self.w, self.ops, self.group = torch, shard, weights, ops, group
+        m = FULL
+        pages = -(-prompt // m.page_size)
+        g = torch.Generator(device="cuda").manual_seed(SEED + 9)
+        self.block_table = torch.randperm(pages, generator=g, device="cuda").int().view(1, -1)
+        cache = (pages, m.page_size, shard.hkv, m.head_dim)
+        self.k_cache = torch.empty(cache, dtype=torch.float16, device="cuda")
+        self.v_cache = torch.empty(cache, dtype=torch.float16, device="cuda")
+        self.k_index = torch.empty((pages, m.page_size, m.index_dim), dtype=torch.float16,
+                                   device="cuda")
+        self.prepared = ops.prepare(weights["experts"])
+        self.dense_experts = None
+        if ops.ctx is None:  # the host's fallback keeps an fp16 copy of its experts
+            self.dense_experts = generic.dequantize_experts(**weights["experts"])
+
+    def _allreduce(self, t):
+        if self.group is not None:
+            self.torch.distributed.all_reduce(t, group=self.group)
+        return t
+
+    def _store(self, first, k, v, ik):
+        """Writes rows of positions first.. into the paged caches."""
+        torch, page = self.torch, FULL.page_size
+        pos = first + torch.arange(k.shape[0], device="cuda")
+        slot = self.block_table[0, pos // page].long() * page + pos % page
+        self.k_cache.view(-1, *self.k_cache.shape[2:])[slot] = k
+        self.v_cache.view(-1, *self.v_cache.shape[2:])[slot] = v
+        self.k_index.view(-1, FULL.index_dim)[slot] = ik
+
+    def _attention(self, phases, x, first):
+        """x + allreduce(o Wo) for rows at positions first.. (the chunk)."""
+        torch, m, w, s = self.torch, FULL, self.w, self.shard
+        rows, end = x.shape[0], first + x.shape[0]
+        h = phases.timed("dense", _rmsnorm, torch, x)
+
+        def project():
+            q = (h @ w["wq"]).view(rows, s.hq, m.head_dim)
+            self._store(first, (h @ w["wk"]).view(rows, s.hkv, m.head_dim),
+                        (h @ w["wv"]).view(rows, s.hkv, m.head_dim), h @ w["wik"])
+            iq = (h @ w["wiq"]).view(rows, m.index_heads, m.index_dim)
+            iw = (h @ w["wiw"]).float() * (m.index_heads * m.index_dim) ** -0.5
+            return q, iq, iw
+
+        q, iq, iw = phases.timed("dense", project)
+        meta = dict(query_start_loc=torch.tensor([0, rows], dtype=torch.int32, device="cuda"),
+                    seq_lens=torch.tensor([end], dtype=torch.int32, device="cuda"),
+                    block_table=self.block_table)
+        bounds = dict(max_seq_len=end, max_query_len=rows)
+        sel = phases.timed("qsa_index", self.ops.qsa_index, iq, iw, self.k_index, **meta,
+                           topk=m.index_topk, **bounds)
+        o = phases.timed("qsa_attn", self.ops.qsa_attn, q, self.k_cache, self.v_cache, **meta,
+                         sel=sel, sm_scale=m.head_dim ** -0.5, **bounds)
+        attn = phases.timed("dense", lambda: o.view(rows, -1) @ w["wo"])
+        attn = phases.timed("allreduce", self._allreduce, attn)
+        return x + attn, attn
+
+    def _moe(self, phases, x):
+        torch, w = self.torch, self.w
+        h = phases.timed("dense", _rmsnorm, torch, x)
+
+        def route():
+            logits = h.float() @ w["router"].float()  # fp32, as engines route
+            top, ids = logits.topk(FULL.expert_topk, dim=-1)
+            return ids.int(), torch.softmax(top, dim=-1)
+
+        ids, weights = phases.timed("dense", route)
+        y = phases.timed("nvfp4_moe", self.ops.nvfp4_moe, h, ids, weights, self.w["experts"],
+                         self.prepared, self.dense_experts)
+        y = phases.timed("allreduce", self._allreduce, y)
+        return x + y, y, ids
+
+    def prefill(self, x):
+        """Runs the prompt x [P, H] chunk by chunk: (out, attention part, MoE part, expert ids,
+        phase times in ms)."""
+        phases, outs = Phases(self.torch), []
+        for first in range(0, x.shape[0], CHUNK):
+            x1, attn = self._attention(phases, x[first:first + CHUNK], first)
+            x2, moe, ids = self._moe(phases, x1)
+            outs.append((x2, attn, moe, ids))
+        cat = [self.torch.cat(parts) for parts in zip(*outs)]
+        return (*cat, phases.totals_ms())
+
+
+def prompt_states(torch, prompt):
+    """The layer's input hidden states [prompt, H] fp16, the same on every rank."""
+    return _randn(torch, (prompt, FULL.hidden), SEED, 1.0)
+
+
+def rel_l2(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@dataclasses.dataclass
+class Run:
+    path: str  # "plugin" or "generic"
+    tp: int
+    prompt: int
+    ms: dict  # per phase, the median run's
+    total_ms: float
+    paths: dict = dataclasses.field(default_factory=dict)  # op -> what ran
+
+    @property
+    def tokens_per_s(self):
+        return self.prompt / (self.total_ms / 1e3)
+
+
+def run_rank(torch, shard, ctx, prompt, reps, group=None):
+    """(Run, out, attn, moe, ids) of this rank's layer over the prompt; the median of `reps`
+    timed runs after one untimed run."""
+    ops = TorchOps(ctx)
+    layer = Layer(torch, shard, build_layer(torch, shard), ops, prompt, group)
+    x = prompt_states(torch, prompt)
+    layer.prefill(x)  # warm-up: cuBLAS handles, NCCL communicators, allocator
+    runs = []
+    for _ in range(reps):
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        result = layer.prefill(x)
+        end.record()
+        torch.cuda.synchronize()
+        runs.append((start.elapsed_time(end), result))
+    runs.sort(key=lambda r: r[0])
+    total, (out, attn, moe, ids, ms) = runs[len(runs) // 2]
+    taken = {op: why for (op, why), _ in ops.paths.items()}
+    return Run("plugin" if ctx is not None else "generic", shard.tp, prompt, ms, total,
+               taken), out, attn, moe, ids
+
+
+def format_runs(runs):
+    lines = [f"{'path':8} {'TP':>3} {'prompt':>7} {'layer ms':>9} {'tokens/s':>10}  "
+             + "  ".join(f"{p:>9}" for p in PHASES) + "  (share of the layer)"]
+    for r in runs:
+        shares = "  ".join(f"{100 * r.ms[p] / r.total_ms:8.1f}%" for p in PHASES)
+        lines.append(f"{r.path:8} {r.tp:>3} {r.prompt:>7} {r.total_ms:9.1f} "
+                     f"{r.tokens_per_s:10.0f}  {shares}")
+    return "\n".join(lines)
+
+
+def compare(name, got, want, ids_got, ids_want):
+    """(within the gates, one line): rel-L2 of the attention and MoE parts against a reference
+    run. A token routed to other experts (rounding can flip a near tie of the router) is left
+    out of the MoE comparison and counted; more than 1% of them fails."""
+    same = (ids_got.sort(dim=-1).values == ids_want.sort(dim=-1).values).all(dim=-1)
+    rerouted = int((~same).sum())
+    attn, moe = rel_l2(got[0], want[0]), rel_l2(got[1][same], want[1][same])
+    ok = attn <= ATTN_GATE and moe <= MOE_GATE and rerouted <= 0.01 * same.numel()
+    return ok, (f"{name}: attention rel-L2 {attn:.2e} (gate {ATTN_GATE:g}), MoE rel-L2 {moe:.2e} "
+                f"(gate {MOE_GATE:g}) over the {int(same.sum())} tokens routed alike, "
+                f"{rerouted} routed differently: {'match' if ok else 'MISMATCH'}")
+
+
+def _tp_worker(rank, tp, prompts, reps, library, port, result_dir):
+    """One process per GPU: the plugin path at TP `tp`; rank 0 saves its results."""
+    import torch
+    import torch.distributed as dist
+
+    from .plugin import Plugin
+
+    torch.cuda.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("nccl", rank=rank, world_size=tp, device_id=torch.device("cuda", rank))
+    shard = Shard(tp, rank)
+    with Plugin(library) as plugin, plugin.context(rank) as ctx:
+        for prompt in prompts:
+            run, out, attn, moe, ids = run_rank(torch, shard, ctx, prompt, reps,
+                                                dist.group.WORLD)
+            if rank == 0:
+                torch.save(dict(run=dataclasses.asdict(run), attn=attn.cpu(), moe=moe.cpu(),
+                                ids=ids.cpu()), os.path.join(result_dir, f"tp{tp}-{prompt}.pt"))
+    dist.destroy_process_group()
+
+
+def run_tp(torch, tp, prompts, reps, library):
+    """The plugin path at TP `tp`, one process per GPU: {prompt: (Run, attn, moe, ids)}."""
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as result_dir:
+        mp.spawn(_tp_worker, args=(tp, prompts, reps, library, port, result_dir), nprocs=tp)
+        out = {}
+        for prompt in prompts:
+            saved = torch.load(os.path.join(result_dir, f"tp{tp}-{prompt}.pt"))
+            out[prompt] = (Run(**saved["run"]), saved["attn"], saved["moe"], saved["ids"])
+    return out
+
+
+def _report_paths(runs):
+    seen = {}
+    for r in runs:
+        for op, why in r.paths.items():
+            seen.setdefault((r.path, op), why)
+    for (path, op), why in sorted(seen.items()):
+        print(f"  {path} run, {op}: {why}")
+
+
+def main(opts):
+    from .bench import _torch_on_cuda
+    from .plugin import Plugin
+
+    bad = tp_sizes_ok(opts.tp)
+    if bad:
+        print(f"demo: {bad}")
+        return EXIT_USAGE
+    torch, why = _torch_on_cuda()
+    if torch is None:
+        print(f"demo: needs a CUDA GPU and torch ({why})")
+        return EXIT_CANNOT_RUN
+    if opts.tp > torch.cuda.device_count():
+        print(f"demo: TP {opts.tp} needs {opts.tp} GPUs, this machine has "
+              f"{torch.cuda.device_count()}")
+        return EXIT_CANNOT_RUN
+    print(f"demo: one sparse-attention layer (H {FULL.hidden}, {FULL.q_heads}/{FULL.kv_heads} "
+          f"heads of {FULL.head_dim}, top-{FULL.index_topk} tokens, {FULL.experts} NVFP4 "
+          f"experts top-{FULL.expert_topk}, I {FULL.expert_inter}) on "
+          f"{torch.cuda.get_device_name(0)}; chunks of {CHUNK} rows; median of {opts.reps} runs")
+    runs, failed, one = [], 0, Shard(1, 0)
+    with Plugin(opts.library) as plugin, plugin.context(0) as ctx:
+        library = plugin.path
+        reference = {}
+        for prompt in opts.prompts:
+            plug, _, attn, moe, ids = run_rank(torch, one, ctx, prompt, opts.reps)
+            gen, _, g_attn, g_moe, g_ids = run_rank(torch, one, None, prompt, opts.reps)
+            runs += [plug, gen]
+            reference[prompt] = (attn.cpu(), moe.cpu(), ids.cpu())
+            _, line = compare(f"{prompt} tokens, plugin vs generic", (attn, moe),
+                              (g_attn, g_moe), ids, g_ids)
+            print(line.rsplit(":", 1)[0] + ": informational, not gated (the two select "
+                  "different tokens where scores nearly tie: generic.qsa_index rounds them "
+                  "to fp16)")
+            torch.cuda.empty_cache()
+    if opts.tp > 1:
+        for prompt, (run, attn, moe, ids) in run_tp(torch, opts.tp, opts.prompts, opts.reps,
+                                                    library).items():
+            runs.append(run)
+            want = reference[prompt]
+            ok, line = compare(f"{prompt} tokens, TP {opts.tp} vs TP 1 (plugin)", (attn, moe),
+                               want[:2], ids, want[2])
+            failed += not ok
+            print(line)
+    print("\nwhat ran:")
+    _report_paths(runs)
+    print()
+    print(format_runs(runs))
+    _plot(opts.plot, runs, torch.cuda.get_device_name(0))
+    return EXIT_MISMATCH if failed else EXIT_OK
+
+
+def _plot(path, runs, device):
+    series = {}
+    for r in runs:
+        xs, ys = series.setdefault(f"{r.path}, TP {r.tp}", ([], []))
+        xs.append(r.prompt)
+        ys.append(r.total_ms)
+    plot_series(path, series, "prompt tokens", f"one sparse-attention layer, prefill, {device}")
