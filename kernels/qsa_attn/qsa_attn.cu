@@ -4,7 +4,7 @@
 // the G query heads sharing the KV head for each row (R = M / G, at most 16), in MF 16-row WMMA
 // fragments. Adjacent rows select mostly the same pages (the seed measured 82% overlap), so the
 // block walks the union of the rows' pages once, and a larger M reuses each gathered token for
-// more rows at the price of a larger union (launch_dim() says which M wins where):
+// more rows at the price of a larger union (launch_dim() says which M wins):
 //   prologue  a bitmap of each row's selected pages (causally live only) and their union;
 //   window    32 union pages at a time: each row's mask for each page, found by the page's rank
 //             in the row's sorted list (popcounts of the row bitmap: no search), and the page's
@@ -12,7 +12,9 @@
 //   chunk     32 selected tokens of the window at a time (a token selected by any row): K and V
 //             rows gathered into shared memory, S = Q K^T (8 warps over the 2 x MF tiles of S,
 //             split over D when fewer), per-row masks, fp32 online softmax, O += P V (each warp
-//             owns D/8 columns of O in registers for all M rows);
+//             owns D/8 columns of O in registers for all M rows). Software-pipelined: the next
+//             chunk's tokens are resolved and its K/V rows fetched into registers while this
+//             chunk's math runs, so the gather's latency hides behind it;
 //   epilogue  O / l to fp16, lse = m + log l (natural log); an empty set gives 0 and -inf.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -60,9 +62,9 @@ struct __align__(32) Smem {
   uint64_t win_or[kWindow];
   int32_t win_phys[kWindow];        // physical page of each window page; -1: reads as zeros
   int32_t win_prefix[kWindow + 1];  // tokens of the window's pages before each page
-  int64_t tok_k[kChunk];            // element offset of the token's K row; -1: zero key
-  int64_t tok_v[kChunk];
-  uint32_t tok_rows[kChunk];  // bit r: tile row r attends to the token
+  int64_t tok_k[2][kChunk];         // element offset of the token's K row; -1: zero key
+  int64_t tok_v[2][kChunk];         // [2]: this chunk's and the next one's
+  uint32_t tok_rows[2][kChunk];     // bit r: tile row r attends to the token
   float m[kM];
   float l[kM];
   float alpha[kM];
@@ -70,7 +72,7 @@ struct __align__(32) Smem {
   int32_t row_len[kMaxRows];
 };
 
-static_assert(sizeof(Smem<256, 4>) <= 96 * 1024 && sizeof(Smem<128, 4>) <= 96 * 1024,
+static_assert(sizeof(Smem<256, 2>) <= 96 * 1024 && sizeof(Smem<128, 2>) <= 96 * 1024,
               "a V100 block holds at most 96 KB");
 
 struct Tile {
@@ -191,24 +193,36 @@ __device__ void load_selection(const Params &p, const Tile &tile, Smem<D, MF> &s
   __syncthreads();
 }
 
-// The n-th set bit (0-based) of `bits`.
+// The n-th set bit (0-based, n < popcount) of `bits`: halves, quarters, ... by popcount, six
+// steps whatever n is (these run on the one warp the rest of the block waits for).
 __device__ __forceinline__ int nth_bit(uint64_t bits, int n) {
-  for (; n > 0; --n) bits &= bits - 1;
-  return __ffsll((long long)bits) - 1;
+  int pos = 0;
+#pragma unroll
+  for (int width = 32; width > 0; width /= 2) {
+    const int below = __popcll(bits & ((1ull << width) - 1));
+    if (n >= below) n -= below, bits >>= width, pos += width;
+  }
+  return pos;
+}
+
+// The last index i < n with prefix[i] <= value (prefix ascending, prefix[0] <= value).
+__device__ __forceinline__ int last_at_most(const int32_t *prefix, int n, int value) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (prefix[mid] <= value)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 // The page of union rank `rank`: the word holding it, then the bit within the word.
 template <int D, int MF>
 __device__ int union_page(int rank, const Smem<D, MF> &s) {
-  int lo = 0, hi = kPageWords - 1;  // the last word whose prefix is <= rank
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (s.union_prefix[mid] <= rank)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo * 32 + nth_bit(s.union_pages[lo], rank - s.union_prefix[lo]);
+  const int word = last_at_most(s.union_prefix, kPageWords, rank);
+  return word * 32 + nth_bit(s.union_pages[word], rank - s.union_prefix[word]);
 }
 
 // Tokens of `page` the row attends to: its mask, cut at the causal bound.
@@ -256,16 +270,17 @@ __device__ void resolve_window(const Params &p, const Tile &tile, int first, int
   __syncthreads();
 }
 
-// Chunk step: the window's tokens [first, first + 32), their K/V rows and which rows want them.
+// Chunk step: the window's tokens [first, first + 32), their K/V rows and which rows want them,
+// into token buffer `buf`.
 template <int D, int MF>
-__device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem<D, MF> &s) {
+__device__ void resolve_chunk(const Params &p, const Tile &tile, int first, int buf,
+                              Smem<D, MF> &s) {
   if (threadIdx.x >= kChunk) return;
   const int idx = first + threadIdx.x;
   int64_t k_off = -1, v_off = -1;
   uint32_t rows = 0;
   if (idx < s.win_prefix[kWindow]) {
-    int i = 0;  // the window page holding token idx
-    while (s.win_prefix[i + 1] <= idx) ++i;
+    const int i = last_at_most(s.win_prefix, kWindow, idx);  // the window page holding idx
     const int bit = nth_bit(s.win_or[i], idx - s.win_prefix[i]);
     for (int r = 0; r < tile.rows; ++r) rows |= (uint32_t)(s.win_mask[i][r] >> bit & 1u) << r;
     const int64_t page = s.win_phys[i];
@@ -275,22 +290,71 @@ __device__ void resolve_chunk(const Params &p, const Tile &tile, int first, Smem
       v_off = page * p.v_page_stride + bit * p.v_token_stride + kvh * p.v_head_stride;
     }
   }
-  s.tok_k[threadIdx.x] = k_off;
-  s.tok_v[threadIdx.x] = v_off;
-  s.tok_rows[threadIdx.x] = rows;
+  s.tok_k[buf][threadIdx.x] = k_off;
+  s.tok_v[buf][threadIdx.x] = v_off;
+  s.tok_rows[buf][threadIdx.x] = rows;
+}
+
+// One chunk's K and V rows in flight: each thread's share, 16 bytes per load.
+template <int D>
+struct KvRegs {
+  static constexpr int kChunks = D / 8;  // 16-byte pieces of a row
+  static constexpr int kLoads = 2 * kChunk * kChunks / kThreads;
+  uint4 v[kLoads];
+};
+
+// Piece n of this thread: K (first half) or V, the token, the 16-byte column.
+template <int D>
+__device__ __forceinline__ void kv_piece(int n, int *is_v, int *tok, int *c) {
+  constexpr int kChunks = KvRegs<D>::kChunks;
+  const int i = threadIdx.x + n * kThreads;
+  *is_v = i / (kChunk * kChunks), *tok = (i / kChunks) % kChunk, *c = i % kChunks;
+}
+
+// Issues the loads of token buffer `buf`'s K/V rows (zeros for missing tokens).
+template <int D, int MF>
+__device__ void fetch_kv(const Params &p, int buf, const Smem<D, MF> &s, KvRegs<D> &r) {
+#pragma unroll
+  for (int n = 0; n < KvRegs<D>::kLoads; ++n) {
+    int is_v, tok, c;
+    kv_piece<D>(n, &is_v, &tok, &c);
+    const int64_t off = is_v ? s.tok_v[buf][tok] : s.tok_k[buf][tok];
+    const uint16_t *base = is_v ? p.v_cache : p.k_cache;
+    r.v[n] = off < 0 ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4 *>(base + off)[c];
+  }
 }
 
 template <int D, int MF>
-__device__ void load_kv(const Params &p, Smem<D, MF> &s) {
-  constexpr int kChunks = D / 8;
-  for (int i = threadIdx.x; i < 2 * kChunk * kChunks; i += kThreads) {
-    const int is_v = i / (kChunk * kChunks), tok = (i / kChunks) % kChunk, c = i % kChunks;
-    const int64_t off = is_v ? s.tok_v[tok] : s.tok_k[tok];
-    const uint16_t *base = is_v ? p.v_cache : p.k_cache;
-    const uint4 v =
-        off < 0 ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4 *>(base + off)[c];
-    *reinterpret_cast<uint4 *>(is_v ? &s.v[tok][c * 8] : &s.k[tok][c * 8]) = v;
+__device__ void store_kv(const KvRegs<D> &r, Smem<D, MF> &s) {
+#pragma unroll
+  for (int n = 0; n < KvRegs<D>::kLoads; ++n) {
+    int is_v, tok, c;
+    kv_piece<D>(n, &is_v, &tok, &c);
+    *reinterpret_cast<uint4 *>(is_v ? &s.v[tok][c * 8] : &s.k[tok][c * 8]) = r.v[n];
   }
+}
+
+// Where the walk over the union stands: the window starting at union rank page0, and the chunk
+// starting at its token tok0.
+struct Cursor {
+  int page0 = -kWindow;
+  int tok0 = -kChunk;
+  int tokens = 0;  // of the window
+};
+
+// Moves to the next chunk, resolving windows as they are entered; false past the last one.
+// Block-uniform: every thread calls it with the same cursor.
+template <int D, int MF>
+__device__ bool advance(const Params &p, const Tile &tile, int total, Cursor &cur, Smem<D, MF> &s) {
+  cur.tok0 += kChunk;
+  while (cur.tok0 >= cur.tokens) {
+    cur.page0 += kWindow;
+    if (cur.page0 >= total) return false;
+    resolve_window(p, tile, cur.page0, total, s);
+    cur.tokens = s.win_prefix[kWindow];
+    cur.tok0 = 0;
+  }
+  return true;
 }
 
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
@@ -321,7 +385,7 @@ __device__ void scores(Smem<D, MF> &s) {
 // Online softmax over the chunk: kLanes threads per MMA row m, kTokens tokens each. P (fp16)
 // and the rescale factor of each row go to shared memory; the running max and sum advance.
 template <int D, int MF>
-__device__ void softmax(float sm_scale, int group, int used_rows, Smem<D, MF> &s) {
+__device__ void softmax(float sm_scale, int group, int used_rows, int buf, Smem<D, MF> &s) {
   constexpr int kM = Smem<D, MF>::kM, kTiles = 2 * MF, kLanes = kThreads / kM;
   constexpr int kTokens = kChunk / kLanes;
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a row's lanes sit in one warp");
@@ -335,7 +399,7 @@ __device__ void softmax(float sm_scale, int group, int used_rows, Smem<D, MF> &s
     float dot = 0.f;
 #pragma unroll
     for (int w = tile; w < kWarps; w += kTiles) dot += s.s_part[w][m % kFrag][j % kFrag];
-    const bool wanted = row_live && (s.tok_rows[j] >> (m / group) & 1u);
+    const bool wanted = row_live && (s.tok_rows[buf][j] >> (m / group) & 1u);
     v[e] = wanted ? dot * sm_scale : -INFINITY;
     top = fmaxf(top, v[e]);
   }
@@ -472,23 +536,27 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<D, MF>())
   for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
     for (int f = 0; f < OTile<D, MF>::kFrags; ++f) wmma::fill_fragment(o.o[mf][f], 0.f);
-  // Main loop: windows of union pages, chunks of their tokens.
+  // Main loop: windows of union pages, chunks of their tokens, the next chunk in flight.
   const int total = s.union_prefix[kPageWords];
-  for (int first_page = 0; first_page < total; first_page += kWindow) {
-    resolve_window(p, tile, first_page, total, s);
-    const int tokens = s.win_prefix[kWindow];
-    for (int first = 0; first < tokens; first += kChunk) {
-      resolve_chunk(p, tile, first, s);
-      __syncthreads();
-      load_kv(p, s);
-      __syncthreads();
-      scores(s);
-      __syncthreads();
-      softmax(p.sm_scale, group, tile.rows, s);
-      __syncthreads();
-      accumulate(s, row_map, o);
-      __syncthreads();
-    }
+  Cursor cur;
+  KvRegs<D> kv;
+  bool live = advance(p, tile, total, cur, s);
+  if (live) resolve_chunk(p, tile, cur.tok0, 0, s);
+  __syncthreads();
+  if (live) fetch_kv(p, 0, s, kv);
+  for (int buf = 0; live; buf ^= 1) {
+    store_kv(kv, s);
+    const bool next = advance(p, tile, total, cur, s);
+    if (next) resolve_chunk(p, tile, cur.tok0, buf ^ 1, s);
+    __syncthreads();
+    if (next) fetch_kv(p, buf ^ 1, s, kv);
+    scores(s);
+    __syncthreads();
+    softmax(p.sm_scale, group, tile.rows, buf, s);
+    __syncthreads();
+    accumulate(s, row_map, o);
+    __syncthreads();
+    live = next;
   }
   // Epilogue
   write_out(p, tile, group, s, o);
@@ -505,37 +573,18 @@ int32_t launch(const Params &p, cudaStream_t stream) {
   return static_cast<int32_t>(cudaGetLastError());
 }
 
-// The tile size, measured on the TP4 shape (G 4, D 256) with realistic selections (runs of 16,
-// neighbour overlap 0.93/0.80/0.72), whole 8K/32K/128K prefills on an H200, in ms (2026-11-30):
+// The tile: 32 MMA rows (MF 2) wherever G fills them, measured on the TP4 shape (G 4, D 256)
+// with realistic selections (runs of 16, neighbour overlap 0.93/0.80/0.72), whole 8K/32K/128K
+// prefills on an H200, ms (2026-11-30, this pipelined kernel):
 //                                      MF 1              MF 2              MF 4
-//   two blocks per SM (H200)           2.73/14.5/66.4    2.20/12.3/57.3    3.17/20.1/102
-//   one block per SM (as on a V100)    4.92/26.8/129     3.63/21.2/103     3.16/20.1/102
-// (one block forced by reserving shared memory). Where two MF 2 blocks fit on an SM they hide
-// each other's gather latency; where only one fits (a V100 at D 256) the 16-row tile's reuse
-// wins. Never more fragments than 16 rows x G query heads fill. Tests pick each size themselves
-// (row_fragments), so a V100's choice is checked on any GPU.
+//   two blocks per SM (H200)           1.85/9.92/44.4    1.67/9.52/44.5    2.18/13.9/69.8
+//   one block per SM (as on a V100)    2.87/15.6/69.7    2.38/14.0/65.8    2.18/13.9/69.7
+// (one block forced by reserving shared memory). A 16-row tile (MF 4) reuses each gathered token
+// most but its union grows with the context: it wins only short prompts on a V100, by less than
+// it loses at 128K, so it is not built.
 template <int D>
 int32_t launch_dim(const Params &p, cudaStream_t stream) {
-  int mf = p.row_fragments;
-  if (mf == 0) {
-    int device = 0, smem_per_sm = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    const int group = p.q_heads / p.kv_heads;
-    const int wanted = smem_per_sm >= 2 * (int)sizeof(Smem<D, 2>) ? 2 : 4;
-    const int filled = group == 1 ? 1 : group == 2 ? 2 : 4;
-    mf = wanted < filled ? wanted : filled;
-  }
-  switch (mf) {
-    case 1:
-      return launch<D, 1>(p, stream);
-    case 2:
-      return launch<D, 2>(p, stream);
-    case 4:
-      return launch<D, 4>(p, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return p.q_heads == p.kv_heads ? launch<D, 1>(p, stream) : launch<D, 2>(p, stream);
 }
 
 }  // namespace

@@ -50,7 +50,6 @@ typedef struct sm70_qsa_attn_params {
   int32_t max_pages;
   int32_t max_seq_len;
   int32_t sel_width;           /* NB */
-  int32_t row_fragments;       /* 16-row MMA fragments per tile, 1, 2 or 4; 0: by the device */
   sm70_checked_error *checked; /* device address of checked mode's record, or NULL */
 } sm70_qsa_attn_params;
 

@@ -3,7 +3,6 @@
 // the fp64 reference, max-abs error <= 2x that of the same-precision (fp32 math, fp16 out)
 // reference, no NaN or Inf the reference does not have; an empty selection gives 0 and -inf;
 // selecting everything equals dense causal attention.
-#include "kernels/qsa_attn/qsa_attn.h"
 
 #include <algorithm>
 #include <cmath>
@@ -240,44 +239,6 @@ class AttnRun {
     return out;
   }
 
-  // The kernel's own parameters for the same buffers, as the plugin fills them, but with the
-  // tile size chosen here (0: by the device).
-  sm70_qsa_attn_params KernelParams(int row_fragments) const {
-    const auto data = [](const DLTensor *t) {
-      return static_cast<const char *>(t->data) + t->byte_offset;
-    };
-    const DLTensor *k = args_.k_cache, *v = args_.v_cache;
-    sm70_qsa_attn_params p = {};
-    p.q = reinterpret_cast<const uint16_t *>(data(args_.q));
-    p.q_row_stride = args_.q->strides[0], p.q_head_stride = args_.q->strides[1];
-    p.k_cache = reinterpret_cast<const uint16_t *>(data(k));
-    p.v_cache = reinterpret_cast<const uint16_t *>(data(v));
-    p.k_page_stride = k->strides[0], p.k_token_stride = k->strides[1];
-    p.k_head_stride = k->strides[2];
-    p.v_page_stride = v->strides[0], p.v_token_stride = v->strides[1];
-    p.v_head_stride = v->strides[2];
-    p.query_start_loc = static_cast<const int32_t *>(qsl_.data());
-    p.seq_lens = static_cast<const int32_t *>(lens_.data());
-    p.block_table = static_cast<const int32_t *>(table_.data());
-    p.block_table_stride = args_.block_table->strides[0];
-    p.sel_blocks = static_cast<const int32_t *>(blocks_.data());
-    p.sel_blocks_stride = args_.sel_blocks->strides[0];
-    p.sel_mask = static_cast<const uint64_t *>(masks_.data());
-    p.sel_mask_stride = args_.sel_mask->strides[0];
-    p.sel_count = static_cast<const int32_t *>(count_.data());
-    p.out = static_cast<uint16_t *>(o_.data());
-    p.out_row_stride = Hq_ * D_, p.out_head_stride = D_;
-    p.lse = static_cast<float *>(lse_.data());
-    p.lse_row_stride = Hq_;
-    p.sm_scale = args_.sm_scale;
-    p.rows = int32_t(T_), p.requests = int32_t(args_.seq_lens->shape[0]);
-    p.q_heads = int32_t(Hq_), p.kv_heads = int32_t(k->shape[2]), p.head_dim = int32_t(D_);
-    p.num_pages = int32_t(k->shape[0]), p.max_pages = int32_t(args_.block_table->shape[1]);
-    p.max_seq_len = args_.max_seq_len, p.sel_width = int32_t(args_.sel_blocks->shape[1]);
-    p.row_fragments = row_fragments;
-    return p;
-  }
-
   std::vector<uint8_t> Bytes() const {
     const Outputs out = Download();
     std::vector<uint8_t> bytes(out.o.size() * 2 + out.lse.size() * 4);
@@ -354,29 +315,6 @@ TEST_P(SM70_QsaAttn, MatchesReference) {
   const Outputs out = RunOp(plugin, c, in, sm_scale);
   if (HasFailure()) return;
   ExpectMatchesReference(c, in, sm_scale, out);
-}
-
-// The plugin runs one tile size per GPU (a V100 takes 16-row tiles at D 256, an H200 smaller
-// ones): every size against the reference here, on odd row counts, two requests, G 3 and 4.
-TEST(SM70_QsaAttnTiles, EveryTileSizeMatchesReference) {
-  SM70OPS_REQUIRE_GPU();
-  const Case cases[] = {
-      {"tiles_g4_d256", {{77, 3001}, {30, 900}}, 4, 1, 256, 512, Pick::kRealistic},
-      {"tiles_g3_d128", {{41, 2100}, {19, 64}}, 6, 2, 128, 256, Pick::kEmptyRows},
-  };
-  for (const Case &c : cases) {
-    const Inputs in = MakeInputs(c);
-    const float sm_scale = 1.f / std::sqrt(float(c.head_dim));
-    AttnRun run(c, in, sm_scale);
-    for (int fragments : {1, 2, 4}) {
-      SCOPED_TRACE(c.name + ", row fragments " + std::to_string(fragments));
-      run.Poison(nullptr);
-      const sm70_qsa_attn_params p = run.KernelParams(fragments);
-      ASSERT_EQ(sm70_qsa_attn_launch(&p, nullptr), 0);
-      Synchronize();
-      ExpectMatchesReference(c, in, sm_scale, run.Download());
-    }
-  }
 }
 
 // The TP4 shape with realistic selections, for the checks every execute must pass.
