@@ -6,7 +6,7 @@
 //   - 4 WMMA k-steps per warp on a (M/2) x 64 warp tile, fp32 accumulation.
 // The next step's global loads are issued into registers before this step's MMAs.
 //   gate/up epilogue: a = silu(gate * s2_gate) * (up * s2_up), fp16, into the workspace;
-//   down epilogue:    router weight * s2 * acc, fp32, into the pair's row of the partials.
+//   down epilogue:    router weight * s2 * acc, fp16, into the pair's row of the partials.
 //
 // Decode: e2m1 x e4m3 is exact in fp16 but can reach 6 x 448 = 2688 and fall to 2^-10, so the
 // weights go to the MMA as w x 2^-7 (every such value is an exact binary16) and the epilogue
@@ -241,10 +241,6 @@ __device__ void mma_tile(GemmSmem<kTileM> &s, Acc (&acc)[Config<kKind, kTileM>::
 
 // ---- Epilogues
 
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  return as_bits(__floats2half2_rn(lo, hi));
-}
-
 // Each lane of a warp takes 8 consecutive columns of one row of the staged 16 x 16 fragment.
 __device__ __forceinline__ int stage_row() { return (threadIdx.x & 31) / 2; }
 __device__ __forceinline__ int stage_col() { return (threadIdx.x & 1) * 8; }
@@ -302,15 +298,11 @@ __device__ void store_partials(const Params &p, const Workspace &w, const int4 &
       const int col = blockIdx.x * kTileN + wn * kWarpN + fn * kFrag + stage_col();
       if (row < tile.z && col < p.hidden) {
         const float scale = s.row_scale[row];
-        float4 lo = *reinterpret_cast<const float4 *>(stage + stage_row() * kFrag + stage_col());
-        float4 hi =
-            *reinterpret_cast<const float4 *>(stage + stage_row() * kFrag + stage_col() + 4);
-        lo = make_float4(lo.x * scale, lo.y * scale, lo.z * scale, lo.w * scale);
-        hi = make_float4(hi.x * scale, hi.y * scale, hi.z * scale, hi.w * scale);
-        float4 *dst =
-            reinterpret_cast<float4 *>(w.partial + (int64_t)s.row_ref[row] * p.hidden + col);
-        dst[0] = lo;
-        dst[1] = hi;
+        const float *v = stage + stage_row() * kFrag + stage_col();
+        *reinterpret_cast<uint4 *>(w.partial + (int64_t)s.row_ref[row] * p.hidden + col) =
+            make_uint4(
+                pack_half2(v[0] * scale, v[1] * scale), pack_half2(v[2] * scale, v[3] * scale),
+                pack_half2(v[4] * scale, v[5] * scale), pack_half2(v[6] * scale, v[7] * scale));
       }
       __syncwarp();
     }

@@ -3,15 +3,25 @@
 // together (see the pipeline there).
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/nvfp4_moe/nvfp4_moe.h"
 
 namespace sm70ops::nvfp4_moe {
 
 using Params = sm70_nvfp4_moe_params;
+
+// Two floats rounded to fp16, as the 32-bit word a half2 store writes.
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &h, sizeof(bits));
+  return bits;
+}
 
 constexpr int kMaxExperts = SM70_NVFP4_MOE_MAX_EXPERTS;
 constexpr int kMaxTopk = SM70_NVFP4_MOE_MAX_TOPK;
@@ -61,8 +71,8 @@ constexpr int kTilePackedBytes = kTileN * kTileK / 2;
 constexpr int kTileScaleBytes = kTileN * kTileK / 16;
 static_assert(kTilePackedBytes / 16 == 2 * kThreads, "two 16-byte payload loads per thread");
 
-// Passes: at most this many tokens at once, which bounds the workspace (the fp32 partials of one
-// pass, 16384 x 10 x 2048 x 4 B = 1.3 GB at TP1) at one more read of the weights per pass.
+// Passes: at most this many tokens at once, which bounds the workspace (the partials of one
+// pass, 16384 x 10 x 2048 x 2 B = 0.67 GB at TP1) at one more read of the weights per pass.
 constexpr int kChunkTokens = 16384;
 
 // ---- Weights
@@ -158,7 +168,7 @@ struct Workspace {
   int4 *tiles;             // [max_tiles]: (expert, first sorted position, rows, 0); expert -1: none
   int32_t *sorted;         // [pairs]: pair indices grouped by expert, ascending within one
   uint16_t *act;           // [pairs, I] fp16: silu(gate) * up, by sorted position
-  float *partial;          // [pairs, H] fp32: router weight x expert output, by pair index
+  __half *partial;         // [pairs, H] fp16: router weight x expert output, by pair index
 };
 
 Workspace carve_workspace(void *base, const Params &p, int32_t capacity_tokens);

@@ -24,6 +24,7 @@
 
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/checked.cuh"
+#include "kernels/common/varlen.cuh"
 #include "kernels/qsa_attn/qsa_attn.h"
 
 namespace sm70ops::qsa_attn {
@@ -75,43 +76,14 @@ struct __align__(32) Smem {
 static_assert(sizeof(Smem<256, 2>) <= 96 * 1024 && sizeof(Smem<128, 2>) <= 96 * 1024,
               "a V100 block holds at most 96 KB");
 
-struct Tile {
-  int request;
-  int row0;
-  int rows;
-};
-
-// Tile slots of request r start at first_slot(r): a request of n rows owns at least
-// ceil(n / R) of them, so no tile spans two requests and the grid size is static.
-__device__ int first_slot(const Params &p, int tile_rows, int r) {
-  return p.query_start_loc[r] / tile_rows + r;
-}
+using Tile = VarlenTile;
 
 __device__ bool find_tile(const Params &p, int tile_rows, int slot, Tile *tile) {
-  int lo = 0, hi = p.requests - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first_slot(p, tile_rows, mid) <= slot)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int begin = p.query_start_loc[lo], end = p.query_start_loc[lo + 1];
-  const int row0 = begin + (slot - first_slot(p, tile_rows, lo)) * tile_rows;
-  if (row0 >= end || row0 < 0 || row0 >= p.rows) return false;
-  *tile = {lo, row0, min(tile_rows, min(end, p.rows) - row0)};
-  return true;
+  return varlen_find_tile(p.query_start_loc, p.requests, 0, p.rows, tile_rows, slot, tile);
 }
 
-// Keys row t sees: pos + 1, bounded by max_seq_len (checked mode reports a clamp).
 __device__ int row_length(const Params &p, int r, int t) {
-  const int begin = p.query_start_loc[r];
-  const int64_t pos =
-      (int64_t)p.seq_lens[r] - (p.query_start_loc[r + 1] - begin) + (int64_t)(t - begin);
-  if (pos + 1 < 0 || pos + 1 > p.max_seq_len) {
-    report_bad_index(p.checked, SM70_CHECKED_SEQ_LEN, t, pos + 1, p.max_seq_len + 1ll);
-  }
-  return (int)min(max(pos + 1, (int64_t)0), (int64_t)p.max_seq_len);
+  return varlen_row_length(p.query_start_loc, p.seq_lens, p.max_seq_len, p.checked, r, t);
 }
 
 // Prologue: rows, Q (zeros for MMA rows out of use), softmax state.

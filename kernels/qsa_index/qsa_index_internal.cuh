@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/common/checked.cuh"
+#include "kernels/common/varlen.cuh"
 #include "kernels/qsa_index/qsa_index.h"
 
 namespace sm70ops::qsa_index {
@@ -83,16 +84,8 @@ inline Workspace carve_workspace(void *base, int chunk_rows, int max_seq_len) {
 }
 constexpr uint64_t kWorkspaceSlack = 6 * 256;  // the alignment gaps of carve_workspace
 
-// Keys row t of request r sees: pos + 1, bounded by max_seq_len so bad metadata cannot make a
-// kernel read or write past what the host sized (checked mode reports it).
 __device__ __forceinline__ int row_length(const Params &p, int r, int t) {
-  const int begin = p.query_start_loc[r];
-  const int64_t pos =
-      (int64_t)p.seq_lens[r] - (p.query_start_loc[r + 1] - begin) + (int64_t)(t - begin);
-  if (pos + 1 < 0 || pos + 1 > p.max_seq_len) {
-    report_bad_index(p.checked, SM70_CHECKED_SEQ_LEN, t, pos + 1, p.max_seq_len + 1ll);
-  }
-  return (int)min(max(pos + 1, (int64_t)0), (int64_t)p.max_seq_len);
+  return varlen_row_length(p.query_start_loc, p.seq_lens, p.max_seq_len, p.checked, r, t);
 }
 
 // The request row t belongs to, or -1 outside every request.

@@ -37,34 +37,10 @@ struct __align__(32) Smem {
 };
 static_assert(sizeof(Smem) <= 48 * 1024, "static shared memory");
 
-// Tile slots of request r within chunk [c0, c1) start at first_slot(r); a request of n rows owns
-// at least ceil(n / 16) slots, so no tile spans two requests and the grid size is static.
-__device__ int first_slot(const Params &p, int c0, int c1, int r) {
-  const int begin = min(max(p.query_start_loc[r], c0), c1);
-  return (begin - c0) / kTileRows + r;
-}
-
-struct Tile {
-  int request;
-  int row0;  // first row (global index)
-  int rows;
-};
+using Tile = VarlenTile;
 
 __device__ bool find_tile(const Params &p, int c0, int c1, int slot, Tile *tile) {
-  int lo = 0, hi = p.requests - 1;  // the last request whose slots start at or before `slot`
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first_slot(p, c0, c1, mid) <= slot)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int begin = min(max(p.query_start_loc[lo], c0), c1);
-  const int end = min(max(p.query_start_loc[lo + 1], c0), c1);
-  const int row0 = begin + (slot - first_slot(p, c0, c1, lo)) * kTileRows;
-  if (row0 >= end) return false;
-  *tile = {lo, row0, min(kTileRows, end - row0)};
-  return true;
+  return varlen_find_tile(p.query_start_loc, p.requests, c0, c1, kTileRows, slot, tile);
 }
 
 // Prologue: Q tile (zeros past the tile's rows), weights, row lengths, row ids, and when
