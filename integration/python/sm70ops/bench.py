@@ -29,15 +29,40 @@ class Row:
     note: str = ""
 
 
-def _torch_on_cuda():
-    """(torch, None) or (None, why not)."""
+def cuda_torch(command):
+    """torch when it is importable and sees a CUDA GPU; else None, after saying why `command`
+    cannot run (the caller exits with EXIT_CANNOT_RUN)."""
     try:
         import torch
     except ImportError:
-        return None, "torch is not importable"
+        print(f"{command}: needs a CUDA GPU and torch (torch is not importable)")
+        return None
     if not torch.cuda.is_available():
-        return None, "none found"
-    return torch, None
+        print(f"{command}: needs a CUDA GPU and torch (none found)")
+        return None
+    return torch
+
+
+def print_comparison(keys, errors, rows, limit):
+    """The plugin-vs-generic table of a bench: per row its `keys` cells ({header: (width, text
+    of the row)}), plugin and generic ms, the speed-up and its `errors` cells (same form, None
+    for a declined row's); a declined row shows its note. Returns the rows whose first error
+    exceeds `limit`."""
+    print(" ".join(f"{h:>{w}}" for h, (w, _) in keys.items())
+          + f" {'plugin ms':>10} {'generic ms':>11} {'speed-up':>9} "
+          + " ".join(f"{h:>{w}}" for h, (w, _) in errors.items()))
+    failed = 0
+    for r in rows:
+        cells = " ".join(f"{cell(r):>{w}}" for w, cell in keys.values())
+        if r.plugin_ms is None:
+            print(f"{cells} {'-':>10} {r.generic_ms:11.3f}  declined: {r.note}")
+            continue
+        values = [cell(r) for _, cell in errors.values()]
+        failed += not values[0] <= limit
+        print(f"{cells} {r.plugin_ms:10.3f} {r.generic_ms:11.3f} "
+              f"{r.generic_ms / r.plugin_ms:8.2f}x "
+              + " ".join(f"{v:{w}.2e}" for (w, _), v in zip(errors.values(), values)))
+    return failed
 
 
 def _inputs(torch):
@@ -208,9 +233,8 @@ def plot_series(path, series, xlabel, title):
 
 
 def main(opts):
-    torch, why = _torch_on_cuda()
+    torch = cuda_torch("bench")
     if torch is None:
-        print(f"bench: needs a CUDA GPU and torch ({why})")
         return EXIT_CANNOT_RUN
     device = torch.cuda.current_device()
     name = torch.cuda.get_device_name(device)

@@ -10,7 +10,7 @@ row chunks that fit memory. CUDA-event medians; the outputs of both paths are co
 import dataclasses
 
 from . import ops
-from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, _torch_on_cuda, median_ms
+from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, cuda_torch, median_ms, print_comparison
 from .plugin import Plugin
 
 ROWS, HQ, HKV, DIM, PAGE, TOPK, RUN = 8192, 4, 1, 256, 64, 2048, 16
@@ -114,7 +114,7 @@ def _measure(torch, np, ctx, prompt):
     d = ctx.check("qsa_attn", args)
     if not d.accepted:
         return Row(prompt, overlap, None, generic_ms, float("nan"),
-                   f"plugin declined: {d.reason}: {d.message}")
+                   f"{d.reason}: {d.message}")
     stream = torch.cuda.current_stream()
     workspace = torch.empty(max(d.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
 
@@ -128,9 +128,8 @@ def _measure(torch, np, ctx, prompt):
 
 
 def main(opts):
-    torch, why = _torch_on_cuda()
+    torch = cuda_torch("bench")
     if torch is None:
-        print(f"bench: needs a CUDA GPU and torch ({why})")
         return EXIT_CANNOT_RUN
     import numpy as np
 
@@ -140,16 +139,9 @@ def main(opts):
               f"{ROWS} rows of each prompt, {HQ} query heads, {HKV} KV head, D {DIM}, top-{TOPK} "
               f"tokens in runs of {RUN}")
         rows = [_measure(torch, np, ctx, prompt) for prompt in PROMPTS]
-    print(f"{'prompt':>8} {'overlap':>8} {'plugin ms':>10} {'generic ms':>11} {'speed-up':>9} "
-          f"{'rel-L2':>8}")
-    failed = 0
-    for r in rows:
-        if r.plugin_ms is None:
-            print(f"{r.prompt:>8} {r.overlap:8.2f} {'-':>10} {r.generic_ms:11.3f}  {r.note}")
-            continue
-        failed += not r.rel_l2 <= REL_L2_LIMIT
-        print(f"{r.prompt:>8} {r.overlap:8.2f} {r.plugin_ms:10.3f} {r.generic_ms:11.3f} "
-              f"{r.generic_ms / r.plugin_ms:8.2f}x {r.rel_l2:8.2e}")
+    failed = print_comparison(
+        {"prompt": (8, lambda r: r.prompt), "overlap": (8, lambda r: f"{r.overlap:.2f}")},
+        {"rel-L2": (8, lambda r: r.rel_l2)}, rows, REL_L2_LIMIT)
     print("check: " + (f"MISMATCH: {failed} prompts beyond rel-L2 {REL_L2_LIMIT}" if failed
                        else f"plugin output within rel-L2 {REL_L2_LIMIT} of the generic path"))
     return EXIT_MISMATCH if failed else EXIT_OK

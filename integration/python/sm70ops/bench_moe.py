@@ -8,7 +8,7 @@ Both are checked against generic.nvfp4_moe (fp32 on the dequantized weights, ops
 import dataclasses
 
 from . import demo, generic
-from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, _torch_on_cuda, median_ms
+from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, cuda_torch, median_ms, print_comparison
 from .plugin import Plugin
 from .torch_ops import TorchOps
 
@@ -45,7 +45,7 @@ def _measure(torch, ctx, tp, experts, dense, tokens):
     ops = TorchOps(ctx)
     prepared = ops.prepare(experts)
     out = ops.nvfp4_moe(x, ids, weights, experts, prepared)
-    why = [w for (op, w) in ops.paths if w != "plugin"]
+    why = [w.removeprefix("generic: ") for (_, w) in ops.paths if w != "plugin"]
     if why:
         return Row(tp, tokens, None, generic_ms, float("nan"), generic_err, "; ".join(why))
     plugin_err = float((out.float() - want).norm() / want.norm())
@@ -54,9 +54,8 @@ def _measure(torch, ctx, tp, experts, dense, tokens):
 
 
 def main(opts):
-    torch, why = _torch_on_cuda()
+    torch = cuda_torch("bench")
     if torch is None:
-        print(f"bench: needs a CUDA GPU and torch ({why})")
         return EXIT_CANNOT_RUN
     device = torch.cuda.current_device()
     m = demo.FULL
@@ -71,17 +70,10 @@ def main(opts):
             rows += [_measure(torch, ctx, tp, experts, dense, t) for t in TOKENS]
             del experts, dense
             torch.cuda.empty_cache()
-    print(f"{'I':>4} {'tokens':>7} {'plugin ms':>10} {'generic ms':>11} {'speed-up':>9} "
-          f"{'plugin rel-L2':>14} {'generic rel-L2':>15}")
-    failed = 0
-    for r in rows:
-        inter = m.expert_inter // r.tp
-        if r.plugin_ms is None:
-            print(f"{inter:>4} {r.tokens:>7} {'-':>10} {r.generic_ms:11.3f}  declined: {r.note}")
-            continue
-        failed += not r.plugin_rel_l2 <= GATE
-        print(f"{inter:>4} {r.tokens:>7} {r.plugin_ms:10.3f} {r.generic_ms:11.3f} "
-              f"{r.generic_ms / r.plugin_ms:8.2f}x {r.plugin_rel_l2:14.2e} {r.generic_rel_l2:15.2e}")
+    failed = print_comparison(
+        {"I": (4, lambda r: m.expert_inter // r.tp), "tokens": (7, lambda r: r.tokens)},
+        {"plugin rel-L2": (14, lambda r: r.plugin_rel_l2),
+         "generic rel-L2": (15, lambda r: r.generic_rel_l2)}, rows, GATE)
     print("check: " + (f"MISMATCH: {failed} cases beyond rel-L2 {GATE}" if failed
                        else f"plugin output within rel-L2 {GATE} of fp32 in every case run"))
     return EXIT_MISMATCH if failed else EXIT_OK

@@ -352,16 +352,15 @@ def _report_paths(runs):
 
 
 def main(opts):
-    from .bench import _torch_on_cuda
+    from .bench import cuda_torch
     from .plugin import Plugin
 
     bad = tp_sizes_ok(opts.tp)
     if bad:
         print(f"demo: {bad}")
         return EXIT_USAGE
-    torch, why = _torch_on_cuda()
+    torch = cuda_torch("demo")
     if torch is None:
-        print(f"demo: needs a CUDA GPU and torch ({why})")
         return EXIT_CANNOT_RUN
     if opts.tp > torch.cuda.device_count():
         print(f"demo: TP {opts.tp} needs {opts.tp} GPUs, this machine has "

@@ -1,0 +1,24 @@
+"""The benches' shared plugin-vs-generic table (sm70ops.bench.print_comparison), on made-up rows:
+it runs without torch or a GPU."""
+import types
+
+from sm70ops.bench import print_comparison
+
+
+def row(key, plugin_ms, generic_ms, err, note=""):
+    return types.SimpleNamespace(key=key, plugin_ms=plugin_ms, generic_ms=generic_ms, err=err,
+                                 note=note)
+
+
+def test_table_counts_rows_past_the_limit_and_shows_declines(capsys):
+    rows = [row(8192, 1.5, 30.0, 1e-4), row(32768, 2.0, 20.0, 9e-3),
+            row(131072, None, 40.0, None, "ARCH: no SASS for this GPU")]
+    failed = print_comparison({"prompt": (8, lambda r: r.key)}, {"rel-L2": (8, lambda r: r.err)},
+                              rows, 2e-3)
+    lines = capsys.readouterr().out.splitlines()
+    assert failed == 1
+    assert lines[0].split() == ["prompt", "plugin", "ms", "generic", "ms", "speed-up", "rel-L2"]
+    assert lines[1].split() == ["8192", "1.500", "30.000", "20.00x", "1.00e-04"]
+    assert lines[2].split() == ["32768", "2.000", "20.000", "10.00x", "9.00e-03"]
+    assert lines[3].split()[:3] == ["131072", "-", "40.000"]
+    assert lines[3].endswith("declined: ARCH: no SASS for this GPU")
