@@ -6,7 +6,9 @@
 //   - 4 WMMA k-steps per warp on a (M/2) x 64 warp tile, fp32 accumulation.
 // The next step's global loads are issued into registers before this step's MMAs.
 //   gate/up epilogue: a = silu(gate * s2_gate) * (up * s2_up), fp16, into the workspace;
-//   down epilogue:    router weight * s2 * acc, fp16, into the pair's row of the partials.
+//   down epilogue:    router weight * s2 * acc, fp16 (clamped to its finite range: two
+//                     opposite overflowing terms must not sum to NaN), into the pair's row of
+//                     the partials.
 //
 // Decode: e2m1 x e4m3 is exact in fp16 but can reach 6 x 448 = 2688 and fall to 2^-10, so the
 // weights go to the MMA as w x 2^-7 (every such value is an exact binary16) and the epilogue
@@ -24,6 +26,7 @@ namespace {
 namespace wmma = nvcuda::wmma;
 
 constexpr float kDecodeScale = 128.0f;  // 2^7: what the decoded fp16 weights leave out
+constexpr float kHalfMax = 65504.0f;    // the largest finite fp16
 
 // ---- FP4 decode
 
@@ -299,10 +302,12 @@ __device__ void store_partials(const Params &p, const Workspace &w, const int4 &
       if (row < tile.z && col < p.hidden) {
         const float scale = s.row_scale[row];
         const float *v = stage + stage_row() * kFrag + stage_col();
+        float t[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) t[i] = fminf(fmaxf(v[i] * scale, -kHalfMax), kHalfMax);
         *reinterpret_cast<uint4 *>(w.partial + (int64_t)s.row_ref[row] * p.hidden + col) =
-            make_uint4(
-                pack_half2(v[0] * scale, v[1] * scale), pack_half2(v[2] * scale, v[3] * scale),
-                pack_half2(v[4] * scale, v[5] * scale), pack_half2(v[6] * scale, v[7] * scale));
+            make_uint4(pack_half2(t[0], t[1]), pack_half2(t[2], t[3]), pack_half2(t[4], t[5]),
+                       pack_half2(t[6], t[7]));
       }
       __syncwarp();
     }

@@ -86,7 +86,8 @@ uint64_t workspace_bytes(const Params &p, int32_t capacity_tokens) {
   const uint64_t sort_blocks = (pairs + kSortPairs - 1) / kSortPairs;
   return align256(sort_blocks * e * 4) + align256(e * 4) +
          align256((uint64_t)max_tiles((int32_t)pairs, kNarrowTileM, p.experts) * sizeof(int4)) +
-         align256(pairs * 4) + align256(pairs * p.inter * 2) + align256(pairs * p.hidden * 4);
+         align256(pairs * 4) + align256(pairs * p.inter * 2) +
+         align256(pairs * p.hidden * sizeof(__half));
 }
 
 Workspace carve_workspace(void *base, const Params &p, int32_t capacity_tokens) {

@@ -475,15 +475,17 @@ __host__ __device__ constexpr int tile_rows(int mf, int group) {
   return kFrag * mf / group < kMaxRows ? kFrag * mf / group : kMaxRows;
 }
 
-// Blocks per SM that shared memory allows (a V100 has 96 KB, a T4 64 KB, later GPUs at least
-// 164 KB), at most two: registers are capped to match, so they never bind first, and spill-free
-// at 128 per thread where two blocks fit.
+// Blocks per SM that shared memory allows (a V100 has 96 KB, a T4 64 KB, sm_86/89 100 KB, A100
+// and H100 at least 164 KB), at most two: registers are capped to match, so they never bind first,
+// and spill-free at 128 per thread where two blocks fit.
 template <int D, int MF>
 constexpr int blocks_per_sm() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
   constexpr int kSmemPerSm = 96 * 1024;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   constexpr int kSmemPerSm = 64 * 1024;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
+  constexpr int kSmemPerSm = 100 * 1024;
 #else
   constexpr int kSmemPerSm = 164 * 1024;
 #endif

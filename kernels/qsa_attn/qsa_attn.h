@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #define SM70_QSA_ATTN_PAGE 64
-#define SM70_QSA_ATTN_MAX_GROUP 16       /* query heads per KV head: one 16-row MMA tile */
+#define SM70_QSA_ATTN_MAX_GROUP 16 /* query heads per KV head: a tile holds 16 MMA rows' worth */
 #define SM70_QSA_ATTN_MAX_SEQ_LEN 131072 /* the union of pages is a bitmap on chip */
 
 /* Device pointers (element 0 already offset); strides in elements. */

@@ -1,7 +1,9 @@
-"""python -m sm70ops: the plugin's identity, its decisions on the model's shapes, a benchmark.
+"""python -m sm70ops: the plugin's identity, its decisions on the model's shapes, benchmarks
+against the generic torch path, and a one-layer prefill demo.
 
-Exit codes as the C tool's: 0 done, 1 the plugin could not be loaded or queried, 2 cannot run
-here (no CUDA GPU, or no torch for bench), 64 usage error.
+Exit codes as the C tool's: 0 done, 1 the plugin could not be loaded or queried, or a bench or
+demo check failed, 2 cannot run here (no CUDA GPU, or no torch for bench and demo), 64 usage
+error.
 """
 import argparse
 import sys
@@ -145,7 +147,7 @@ def parse(argv):
                                 help="plugin vs generic torch path (needs a CUDA GPU and torch)")
     bench.add_argument("op", choices=["qsa_index", "qsa_attn", "nvfp4_moe"])
     bench.add_argument("--plot", default="sm70ops_qsa_index_crossover.png",
-                       help="qsa_index: PNG of the crossover, written when matplotlib is importable")
+                       help="qsa_index: PNG of the crossover (when matplotlib is importable)")
     demo = commands.add_parser(
         "demo", parents=[library],
         help="one sparse-attention MoE layer over a prompt, plugin vs generic, tokens/s; "

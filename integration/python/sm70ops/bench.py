@@ -46,7 +46,7 @@ def cuda_torch(command):
 def print_comparison(keys, errors, rows, limit):
     """The plugin-vs-generic table of a bench: per row its `keys` cells ({header: (width, text
     of the row)}), plugin and generic ms, the speed-up and its `errors` cells (same form, None
-    for a declined row's); a declined row shows its note. Returns the rows whose first error
+    for a declined row's); a declined row shows its note. Returns how many rows' first error
     exceeds `limit`."""
     print(" ".join(f"{h:>{w}}" for h, (w, _) in keys.items())
           + f" {'plugin ms':>10} {'generic ms':>11} {'speed-up':>9} "
@@ -246,7 +246,8 @@ def main(opts):
     _print_table(rows)
     code = _print_verdict(rows)
     timed = [r for r in rows if r.plugin_ms is not None]
-    plot_series(opts.plot, {"generic (torch)": ([r.keys for r in rows], [r.generic_ms for r in rows]),
-                            "sm70ops": ([r.keys for r in timed], [r.plugin_ms for r in timed])},
-                "keys (context length)", f"qsa_index, {ROWS} rows x keys, K={TOPK}, {name}")
+    series = {"generic (torch)": ([r.keys for r in rows], [r.generic_ms for r in rows]),
+              "sm70ops": ([r.keys for r in timed], [r.plugin_ms for r in timed])}
+    plot_series(opts.plot, series, "keys (context length)",
+                f"qsa_index, {ROWS} rows x keys, K={TOPK}, {name}")
     return code

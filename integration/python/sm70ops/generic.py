@@ -1,16 +1,19 @@
 """The host's generic torch implementations of the three ops, written from shared/spec/ops.md:
 what an engine runs when the plugin declines. They run on CPU or CUDA tensors, read the varlen
-metadata on the host (one device-to-host copy per call) and bound their scratch by working in
-row chunks. Each function imports torch itself, so the package imports without it.
+metadata and the routed experts on the host (device-to-host copies, so they synchronise) and
+bound their large temporaries by working in row chunks (a few times SCRATCH_ELEMENTS; a request's
+gathered K/V context comes on top). Each function imports torch itself, so the package imports
+without it.
 
 Shapes as in ops.md: T rows, R requests, 64-token pages; query_start_loc [R+1] int32,
 seq_lens [R] int32 (context including this chunk), block_table [R, max_pages] int32. Row i of
 request r sits at pos = seq_len_r - query_len_r + i and sees keys 0..pos (L = pos + 1).
 """
 import collections
+import functools
 
 PAGE = 64
-SCRATCH_ELEMENTS = 1 << 26  # per row chunk: 256 MiB of fp32 scores; bounds every temporary
+SCRATCH_ELEMENTS = 1 << 26  # per row chunk: 256 MiB of fp32 scores, the unit of every bound
 
 QsaIndexResult = collections.namedtuple("QsaIndexResult",
                                         "topk_idx sel_blocks sel_mask sel_count")
@@ -274,15 +277,23 @@ def e4m3_value(byte):
     return sign * (1.0 + mantissa / 8.0) * 2.0 ** (exponent - 7)
 
 
+@functools.lru_cache(maxsize=None)
+def _code_tables(device):
+    """(e2m1 [16], e4m3 [256]) fp32 values of every code, on `device`."""
+    import torch
+
+    e2m1 = torch.tensor(_E2M1 + tuple(-v for v in _E2M1), dtype=torch.float32, device=device)
+    e4m3 = torch.tensor([e4m3_value(b) for b in range(256)], dtype=torch.float32, device=device)
+    return e2m1, e4m3
+
+
 def dequantize(packed, scales):
     """NVFP4 [rows, cols/2] uint8 (low nibble = even k) with e4m3 scales [rows, cols/16]
     (uint8 or float8_e4m3fn) -> fp32 [rows, cols] = e2m1 * e4m3, exact; scale_2 is the
     caller's."""
     import torch
 
-    device = packed.device
-    e2m1 = torch.tensor(_E2M1 + tuple(-v for v in _E2M1), dtype=torch.float32, device=device)
-    e4m3 = torch.tensor([e4m3_value(b) for b in range(256)], dtype=torch.float32, device=device)
+    e2m1, e4m3 = _code_tables(packed.device)
     codes = packed.long()
     nibbles = torch.stack([codes & 0xF, codes >> 4], dim=-1).flatten(-2)
     scale = e4m3[scales.view(torch.uint8).long()].repeat_interleave(16, dim=-1)
@@ -300,17 +311,31 @@ def _expert_weights(e, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):
 
 def _routed_sum(x, topk_ids, topk_weights, experts, expert_weights):
     """out [T, H] fp16 = sum_j topk_weights[t,j] * y_e(x[t]) in fp32, with (w_in, w_out) =
-    expert_weights(e) for each routed expert e; y_e is computed in the weights' dtype. The
-    (token, slot) pairs are sorted by expert once, so each expert reads one contiguous slice."""
+    expert_weights(e) for each routed expert e; y_e is computed in the weights' dtype. Token
+    chunks keep the T x k gathered rows within SCRATCH_ELEMENTS (expert_weights is asked again
+    per chunk)."""
     import torch
 
-    ids = topk_ids.flatten().long()
+    ids = topk_ids.long()
     if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < experts:
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise ValueError(f"nvfp4_moe: topk_ids holds expert {bad}, outside 0..{experts - 1}")
-    order = ids.argsort(stable=True)
-    counts = torch.bincount(ids, minlength=experts).tolist()
-    token = order // topk_ids.shape[1]
+    out = torch.empty(x.shape, dtype=torch.float16, device=x.device)
+    for t0, t1 in _row_chunks(x.shape[0], ids.shape[1] * x.shape[1]):
+        out[t0:t1] = _routed_chunk(x[t0:t1], ids[t0:t1], topk_weights[t0:t1], experts,
+                                   expert_weights)
+    return out
+
+
+def _routed_chunk(x, ids, topk_weights, experts, expert_weights):
+    """_routed_sum on one token chunk: the (token, slot) pairs sorted by expert once, so each
+    expert reads one contiguous slice."""
+    import torch
+
+    flat = ids.flatten()
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=experts).tolist()
+    token = order // ids.shape[1]
     routed = x[token]
     y = torch.empty(routed.shape, dtype=torch.float32, device=x.device)
     end = 0
@@ -345,7 +370,8 @@ def nvfp4_moe(x, topk_ids, topk_weights, w13, w13_scale, w13_scale_2, w2, w2_sca
 
 def dequantize_experts(w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):
     """The fp16 copy of every expert a host without the plugin makes at load, when it has the
-    memory (4x the NVFP4 bytes): (w13 [E, 2I, H], w2 [E, H, I]) fp16, scale_2 applied."""
+    memory (3.6x the NVFP4 bytes): (w13 [E, 2I, H], w2 [E, H, I]) fp16, scale_2 applied in fp32
+    before the rounding to fp16."""
     import torch
 
     experts, two_inter, hidden = w13.shape[0], w13.shape[1], w2.shape[1]

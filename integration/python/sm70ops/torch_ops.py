@@ -6,34 +6,39 @@
     prepared = ops.prepare(experts)  # once at load; None when the plugin declines
     y = ops.nvfp4_moe(x, ids, weights, experts, prepared)
 
-Every call asks the capability check (host-only, microseconds) and runs the plugin on
-torch.cuda.current_stream() with a workspace this object owns, or the generic torch path when the
-plugin declines; `paths` counts what ran and why, so a host can show it. Outputs are allocated
+Every call asks the capability check (host-only, microseconds) and runs the plugin on the
+current stream of the inputs' device with a workspace this object owns there, or the generic
+torch path when the plugin declines (tensors on another device than the context's, or on the
+CPU, are declined); `paths` counts what ran and why, so a host can show it. Outputs are allocated
 here. Shapes and layouts as in ops.py and shared/spec/ops.md.
 """
 import collections
 
 from . import generic, ops
+from .dlpack import uint64_dtype
 
 PLUGIN = "plugin"
 
 
 class TorchOps:
-    """Per-op dispatch between the plugin and generic.py. Not thread-safe (one workspace)."""
+    """Per-op dispatch between the plugin and generic.py. Not thread-safe, and one workspace per
+    device: calls on different streams of one device must be ordered by the caller."""
 
     def __init__(self, ctx=None):
         self.ctx = ctx
         self.paths = collections.Counter()  # (op, "plugin" or "generic: REASON") -> calls
-        self._workspace = None
+        self._workspaces = {}  # device -> uint8 tensor
 
-    def _workspace_for(self, size):
+    def _workspace_for(self, size, device):
         import torch
 
-        if self._workspace is None or self._workspace.numel() < size:
-            self._workspace = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
-        return self._workspace
+        held = self._workspaces.get(device)
+        if held is None or held.numel() < size:
+            held = self._workspaces[device] = torch.empty(max(size, 1), dtype=torch.uint8,
+                                                          device=device)
+        return held
 
-    def _plugin_ran(self, op, args):
+    def _plugin_ran(self, op, args, device):
         """Runs `op` on the plugin when its check accepts; False (and why, in paths) if not."""
         if self.ctx is None:
             self.paths[op, "generic: no plugin context"] += 1
@@ -44,8 +49,8 @@ class TorchOps:
             return False
         import torch
 
-        self.ctx.execute(op, args, torch.cuda.current_stream(),
-                         self._workspace_for(d.workspace_bytes), d.workspace_bytes)
+        self.ctx.execute(op, args, torch.cuda.current_stream(device),
+                         self._workspace_for(d.workspace_bytes, device), d.workspace_bytes)
         self.paths[op, PLUGIN] += 1
         return True
 
@@ -58,13 +63,13 @@ class TorchOps:
         rows, nb = q.shape[0], min(topk, -(-max_seq_len // generic.PAGE))
         sel = generic.QsaIndexResult(
             None, torch.empty((rows, nb), dtype=torch.int32, device=q.device),
-            torch.empty((rows, nb), dtype=torch.int64, device=q.device),
+            torch.empty((rows, nb), dtype=uint64_dtype(), device=q.device),
             torch.empty((rows,), dtype=torch.int32, device=q.device))
         args = ops.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table,
                              topk=topk, max_seq_len=max_seq_len, max_query_len=max_query_len,
                              sel_blocks=sel.sel_blocks, sel_mask=sel.sel_mask,
                              sel_count=sel.sel_count)
-        if self._plugin_ran("qsa_index", args):
+        if self._plugin_ran("qsa_index", args, q.device):
             return sel
         return generic.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table,
                                  topk, nb)
@@ -78,7 +83,7 @@ class TorchOps:
         args = ops.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table,
                             sel.sel_blocks, sel.sel_mask, sel.sel_count, out, sm_scale=sm_scale,
                             max_seq_len=max_seq_len, max_query_len=max_query_len)
-        if self._plugin_ran("qsa_attn", args):
+        if self._plugin_ran("qsa_attn", args, q.device):
             return out
         return generic.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table,
                                 sel.sel_blocks, sel.sel_mask, sel.sel_count, sm_scale)[0]
@@ -95,8 +100,10 @@ class TorchOps:
         if not d.accepted:
             self.paths["nvfp4_moe_prepare", f"generic: {d.reason}"] += 1
             return None
-        prepared = torch.empty(d.output_bytes, dtype=torch.uint8, device="cuda")
-        if not self._plugin_ran("nvfp4_moe_prepare", ops.nvfp4_moe_prepare(experts, prepared)):
+        device = experts["w13"].device
+        prepared = torch.empty(d.output_bytes, dtype=torch.uint8, device=device)
+        if not self._plugin_ran("nvfp4_moe_prepare", ops.nvfp4_moe_prepare(experts, prepared),
+                                device):
             return None
         return prepared
 
@@ -107,7 +114,8 @@ class TorchOps:
 
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         if self._plugin_ran("nvfp4_moe",
-                            ops.nvfp4_moe(x, topk_ids, topk_weights, experts, out, prepared)):
+                            ops.nvfp4_moe(x, topk_ids, topk_weights, experts, out, prepared),
+                            x.device):
             return out
         if dense is not None:
             return generic.moe_dense(x, topk_ids, topk_weights, *dense)

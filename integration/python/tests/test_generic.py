@@ -217,3 +217,45 @@ def test_nvfp4_moe_refuses_unknown_experts(torch):
     x, ids, weights, w = random_moe(torch, 7)
     with pytest.raises(ValueError, match="outside"):
         generic.nvfp4_moe(x, ids + 10, weights, **w)
+
+
+def test_row_chunks_give_the_one_pass_result(torch, monkeypatch):
+    """A scratch budget of a few rows makes qsa_attn split its expansion and its gather into
+    nested chunks, and nvfp4_moe split its tokens: same results as one pass."""
+    q, k_cache, v_cache, sel, _ = random_attn_inputs(torch, 9)
+    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
+                seq_lens=torch.tensor(LENS, dtype=torch.int32),
+                block_table=torch.tensor(TABLE, dtype=torch.int32))
+    x, ids, weights, w = random_moe(torch, 10, tokens=9)  # k 2, H 32: 64 elements a token
+    attn, moe = (generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1),
+                 generic.nvfp4_moe(x, ids, weights, **w))
+    monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 4 * 3 * 64 * 3)  # NB 3: 3 rows a chunk
+    assert generic._row_chunks(8, 4 * 3 * 64) == [(0, 3), (3, 6), (6, 8)]
+    for got, want in zip(generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1),
+                         attn):
+        assert torch.allclose(got.float(), want.float(), rtol=1e-3, atol=1e-3)
+    monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 2 * 64)  # 2 tokens a chunk
+    assert torch.allclose(generic.nvfp4_moe(x, ids, weights, **w).float(), moe.float(),
+                          rtol=1e-3, atol=1e-3)
+
+
+def test_a_position_selected_twice_counts_once(torch):
+    """Page 0 listed twice (masks overlapping on token 5): the set is {3, 5, 70}, as when listed
+    once."""
+    q = torch.randn((1, 2, 128), generator=torch.Generator().manual_seed(4)).half()
+    k = torch.randn((2, 64, 1, 128), generator=torch.Generator().manual_seed(5)).half()
+    v = torch.randn((2, 64, 1, 128), generator=torch.Generator().manual_seed(6)).half()
+    meta = dict(query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+                seq_lens=torch.tensor([100], dtype=torch.int32),
+                block_table=torch.tensor([[1, 0]], dtype=torch.int32))
+
+    def attend(blocks, masks):
+        return generic.qsa_attn(q, k, v, **meta,
+                                sel_blocks=torch.tensor([blocks], dtype=torch.int32),
+                                sel_mask=torch.tensor([masks], dtype=torch.int64),
+                                sel_count=torch.tensor([len(blocks)], dtype=torch.int32),
+                                sm_scale=0.1)
+
+    twice = attend([0, 0, 1], [1 << 3 | 1 << 5, 1 << 5, 1 << 6])
+    once = attend([0, 1], [1 << 3 | 1 << 5, 1 << 6])
+    assert torch.equal(twice[0], once[0]) and torch.equal(twice[1], once[1])

@@ -62,8 +62,7 @@ def test_cpu_tensors_are_declined_and_fall_back(torch, plugin):
         x, ids, weights, w = random_moe(torch, 12)
         out = ops.nvfp4_moe(x, ids, weights, w)
     assert torch.equal(out, generic.nvfp4_moe(x, ids, weights, **w))
-    [(op, why)] = list(ops.paths)
-    assert op == "nvfp4_moe" and why.startswith("generic: ") and why != f"generic: {PLUGIN}"
+    assert list(ops.paths) == [("nvfp4_moe", "generic: INVALID_ARGUMENT")]  # not kDLCUDA
 
 
 def test_moe_dense_matches_nvfp4_moe(torch):
