@@ -90,7 +90,8 @@ enum {
   SM70OPS_REASON_PLUGIN_DISABLED = 1, /* SM70OPS_DISABLE, or a malformed SM70OPS_* variable */
   SM70OPS_REASON_OP_DISABLED = 2, /* a per-op SM70OPS_DISABLE_* or VLLM_SM70_QSA_INDEXER_CUBLAS=0 */
   SM70OPS_REASON_NO_DEVICE = 3,   /* the context has no CUDA device */
-  SM70OPS_REASON_ARCH = 4,        /* compute capability not SM70 and not allow-listed */
+  SM70OPS_REASON_ARCH = 4,        /* not SM70 and not allow-listed, no code for it in this build,
+                                     or less shared memory per block than the kernels need */
   SM70OPS_REASON_UNKNOWN_OP = 5,  /* op id this plugin does not know */
   SM70OPS_REASON_STRUCT_SIZE = 6, /* args struct_size too small or newer than this plugin */
   SM70OPS_REASON_INVALID_ARGUMENT = 7, /* descriptor malformed (execute returns INVALID_ARGUMENT) */

@@ -174,6 +174,18 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx) {
                    checked_what(kind), (long long)seen.value, (long long)seen.bound, seen.row);
 }
 
+uint32_t sm70_smem_per_block(int32_t cc) {
+  static const struct {
+    int32_t cc;
+    uint32_t kib;
+  } kLimits[] = {{70, 96}, {72, 96},  {75, 64},   {80, 163},  {86, 99},  {87, 163},
+                 {89, 99}, {90, 227}, {100, 227}, {103, 227}, {120, 99}, {121, 99}};
+  for (size_t i = 0; i < sizeof(kLimits) / sizeof(kLimits[0]); ++i) {
+    if (kLimits[i].cc == cc) return kLimits[i].kib * 1024u;
+  }
+  return 48u * 1024u;
+}
+
 int32_t sm70_context_arch_allowed(const sm70ops_context *ctx) {
   if (ctx->compute_capability == kSm70) return 1;
   for (int32_t i = 0; i < ctx->settings.allowed_arch_count; ++i) {

@@ -38,4 +38,8 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx);
 /* 1 when ctx's compute capability is SM70 or in the SM70OPS_ALLOW_ARCH list. */
 int32_t sm70_context_arch_allowed(const sm70ops_context *ctx);
 
+/* The most shared memory one block may opt into on compute capability `cc` (CUDA's
+ * sharedMemPerBlockOptin), 48 KB for an architecture this table does not know. */
+uint32_t sm70_smem_per_block(int32_t cc);
+
 #endif /* SM70OPS_PLUGIN_CONTEXT_H_ */

@@ -85,6 +85,14 @@ static void make_plan(const sm70ops_context *ctx, sm70ops_op id, const void *arg
     sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "%s: the SM70 kernel is not in this build",
                  op->name);
   }
+  /* Sized for a V100's 96 KB: an allow-listed GPU with less (a T4) cannot launch it. */
+  const uint32_t smem_limit = sm70_smem_per_block(ctx->compute_capability);
+  if (plan->reason == SM70OPS_REASON_ACCEPTED && plan->smem_bytes > smem_limit) {
+    sm70_decline(plan, SM70OPS_REASON_ARCH,
+                 "%s needs %u KB of shared memory per block, compute capability %d.%d gives %u KB",
+                 op->name, (plan->smem_bytes + 1023) / 1024, ctx->compute_capability / 10,
+                 ctx->compute_capability % 10, smem_limit / 1024);
+  }
 }
 
 sm70ops_status sm70_check(const sm70ops_context *ctx, sm70ops_op op, const void *args,

@@ -133,6 +133,8 @@ static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t 
   plan->launch = shape->launch;
   plan->shape = shape;
   plan->work_items = a->q->shape[0];
+  plan->smem_bytes =
+      sm70_qsa_attn_smem_bytes(shape->head_dim, (int32_t)(a->q->shape[1] / a->k_cache->shape[2]));
 }
 
 const sm70_op sm70_op_qsa_attn = {

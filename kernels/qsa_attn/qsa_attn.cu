@@ -4,7 +4,7 @@
 // the G query heads sharing the KV head for each row (R = M / G, at most 16), in MF 16-row WMMA
 // fragments. Adjacent rows select mostly the same pages (the seed measured 82% overlap), so the
 // block walks the union of the rows' pages once, and a larger M reuses each gathered token for
-// more rows at the price of a larger union (launch_dim() says which M wins):
+// more rows at the price of a larger union (row_fragments() says which M wins):
 //   prologue  a bitmap of each row's selected pages (causally live only) and their union;
 //   window    32 union pages at a time: each row's mask for each page, found by the page's rank
 //             in the row's sorted list (popcounts of the row bitmap: no search), and the page's
@@ -556,13 +556,26 @@ int32_t launch(const Params &p, cudaStream_t stream) {
 // (one block forced by reserving shared memory). A 16-row tile (MF 4) reuses each gathered token
 // most but its union grows with the context: it wins only short prompts on a V100, by less than
 // it loses at 128K, so it is not built.
+constexpr int row_fragments(int group) { return group == 1 ? 1 : 2; }
+
 template <int D>
 int32_t launch_dim(const Params &p, cudaStream_t stream) {
-  return p.q_heads == p.kv_heads ? launch<D, 1>(p, stream) : launch<D, 2>(p, stream);
+  return row_fragments(p.q_heads / p.kv_heads) == 1 ? launch<D, 1>(p, stream)
+                                                    : launch<D, 2>(p, stream);
+}
+
+template <int D>
+uint32_t smem_bytes(int32_t group) {
+  return row_fragments(group) == 1 ? sizeof(Smem<D, 1>) : sizeof(Smem<D, 2>);
 }
 
 }  // namespace
 }  // namespace sm70ops::qsa_attn
+
+extern "C" uint32_t sm70_qsa_attn_smem_bytes(int32_t head_dim, int32_t group) {
+  using namespace sm70ops::qsa_attn;
+  return head_dim == 256 ? smem_bytes<256>(group) : smem_bytes<128>(group);
+}
 
 extern "C" int32_t sm70_qsa_attn_launch(const sm70_qsa_attn_params *p, void *stream) {
   using namespace sm70ops::qsa_attn;

@@ -53,6 +53,10 @@ typedef struct sm70_qsa_attn_params {
   sm70_checked_error *checked; /* device address of checked mode's record, or NULL */
 } sm70_qsa_attn_params;
 
+/* Dynamic shared memory per block of the launch for head_dim and `group` query heads per KV
+ * head (the plugin declines GPUs that cannot give it). */
+uint32_t sm70_qsa_attn_smem_bytes(int32_t head_dim, int32_t group);
+
 /* Enqueues the op on `stream` (a cudaStream_t); no workspace. Returns a cudaError_t. */
 int32_t sm70_qsa_attn_launch(const sm70_qsa_attn_params *p, void *stream);
 

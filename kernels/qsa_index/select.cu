@@ -380,3 +380,7 @@ void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStre
 }
 
 }  // namespace sm70ops::qsa_index
+
+extern "C" uint32_t sm70_qsa_index_smem_bytes(void) {
+  return sizeof(sm70ops::qsa_index::SelectSmem);
+}

@@ -142,3 +142,23 @@ def test_info(library, run_module):
                                         (["--library", "/nonexistent/libsm70ops.so", "info"], 1)])
 def test_exit_codes(run_module, args, code):
     assert run_module(*args)[0] == code
+
+
+def test_an_allowed_gpu_without_the_shared_memory_declines(library, run_module):
+    """The QSA kernels are sized for a V100's 96 KB of shared memory per block: a T4 (7.5, 64 KB)
+    allow-listed for validation gets ARCH and the numbers, not a launch that fails; the MoE's
+    blocks fit in 48 KB and stay accepted."""
+    code, output = run_module("--library", library, "check", "--cc", "75",
+                              env={"SM70OPS_ALLOW_ARCH": "75"})
+    assert code == 0, output
+    for op, _, _, decision, _, _, reason, message in table_rows(output):
+        if op.startswith("qsa_"):
+            assert (decision, reason) == ("decline", "ARCH"), (op, message)
+            assert re.fullmatch(rf"{op} needs \d+ KB of shared memory per block, compute "
+                                r"capability 7\.5 gives 64 KB", message), message
+        else:
+            assert decision == "accept", (op, reason, message)
+    for cc in ("70", "90"):  # a V100's 96 KB and an H200's 227 KB hold every kernel
+        code, output = run_module("--library", library, "check", "--cc", cc,
+                                  env={"SM70OPS_ALLOW_ARCH": "90"})
+        assert summary_line(output) == "12 of 12 accepted", output
