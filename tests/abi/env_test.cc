@@ -1,6 +1,7 @@
 // abi.md item 7: the rollback variables, read once at context_create and logged through the host's
 // callback. Malformed values turn the whole plugin off (never on) and are reported as errors.
 #include <array>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -131,6 +132,27 @@ TEST_F(Abi_EnvRead, ReadOnceAtContextCreate) {
     EXPECT_EQ(Describe(CheckCase(api(), ctx(), *c)), clean);
   }
   EXPECT_EQ(CheckCase(api(), disabled.get(), *c).reason, SM70OPS_REASON_PLUGIN_DISABLED);
+}
+
+// An allow-listed GPU must also hold the kernels: a T4 (7.5) gives a block 64 KB of shared
+// memory and the QSA kernels, sized for a V100's 96 KB, ask for more; the MoE's fit in 48 KB.
+TEST_F(Abi_EnvRead, AllowedArchWithoutTheSharedMemoryDeclines) {
+  ScopedEnv env("SM70OPS_ALLOW_ARCH", "75,90");
+  for (int32_t cc : {75, 90}) {
+    ContextPtr allowed = MakeContext(api(), cc);
+    ASSERT_NE(allowed, nullptr);
+    for (sm70ops_op op : kOps) {
+      SCOPED_TRACE(std::string(OpName(op)) + " on " + std::to_string(cc));
+      const sm70ops_decision clean = CheckCase(api(), ctx(), *MakeCase(op));
+      const sm70ops_decision d = CheckCase(api(), allowed.get(), *MakeCase(op));
+      if (cc == 75 && (op == SM70OPS_OP_QSA_INDEX || op == SM70OPS_OP_QSA_ATTN)) {
+        EXPECT_EQ(d.reason, SM70OPS_REASON_ARCH) << d.message;
+        EXPECT_TRUE(NamesWord(d.message, "shared")) << d.message;
+      } else {
+        EXPECT_EQ(Describe(d), Describe(clean));
+      }
+    }
+  }
 }
 
 }  // namespace
