@@ -12,6 +12,7 @@
 #include "tests/ref/half.h"
 #include "tests/ref/qsa_index_ref.h"
 #include "tests/ref/varlen.h"
+#include "tests/ref/varlen_fixture.h"
 
 namespace sm70ops::ref {
 namespace {
@@ -20,17 +21,6 @@ constexpr int kHq = 4;
 constexpr int kHkv = 2;
 constexpr int kDim = 16;
 constexpr float kScale = 0.25f;
-
-// R = 3 with different query lengths and partly filled last pages, physical pages scattered.
-Varlen three_requests() {
-  Varlen meta;
-  meta.query_start_loc = {0, 3, 8, 10};
-  meta.seq_lens = {70, 5, 130};
-  meta.max_pages = 3;
-  meta.block_table = {4, 1, -1, 6, -1, -1, 0, 5, 2};
-  return meta;
-}
-constexpr int kPages = 7;
 
 struct Problem {
   Varlen meta = three_requests();
@@ -44,8 +34,8 @@ Problem random_problem(unsigned seed) {
   p.q = random_halves(num_rows(p.meta) * kHq * kDim, rng);
   p.kv.num_kv_heads = kHkv;
   p.kv.head_dim = kDim;
-  p.kv.k = random_halves(kPages * kPageSize * kHkv * kDim, rng);
-  p.kv.v = random_halves(kPages * kPageSize * kHkv * kDim, rng);
+  p.kv.k = random_halves(kThreeRequestPages * kPageSize * kHkv * kDim, rng);
+  p.kv.v = random_halves(kThreeRequestPages * kPageSize * kHkv * kDim, rng);
   return p;
 }
 

@@ -10,24 +10,12 @@
 
 #include "tests/ref/half.h"
 #include "tests/ref/varlen.h"
+#include "tests/ref/varlen_fixture.h"
 
 namespace sm70ops::ref {
 namespace {
 
 using Positions = std::vector<int32_t>;
-
-// R = 3: request 0 has 3 query rows at the end of 70 tokens (its second page holds 6), request 1
-// is a fresh 5-token prompt, request 2 has 2 rows at the end of 130 tokens. Physical pages are
-// scattered so a wrong block_table lookup reads other data.
-Varlen three_requests() {
-  Varlen meta;
-  meta.query_start_loc = {0, 3, 8, 10};
-  meta.seq_lens = {70, 5, 130};
-  meta.max_pages = 3;
-  meta.block_table = {4, 1, -1, 6, -1, -1, 0, 5, 2};
-  return meta;
-}
-constexpr int kThreeRequestPages = 7;
 
 // The definition of top-k: every chosen position beats every other one on (score, -position).
 bool is_topk(const std::vector<double>& scores, const Positions& chosen, int k) {
