@@ -9,18 +9,21 @@
 //   window    32 union pages at a time: each row's mask for each page, found by the page's rank
 //             in the row's sorted list (popcounts of the row bitmap: no search), and the page's
 //             physical page from the block table;
-//   chunk     32 selected tokens of the window at a time (a token selected by any row): K and V
-//             rows gathered into shared memory, S = Q K^T (8 warps over the 2 x MF tiles of S,
-//             split over D when fewer), per-row masks, fp32 online softmax, O += P V (each warp
-//             owns D/8 columns of O in registers for all M rows). Software-pipelined: the next
-//             chunk's tokens are resolved and its K/V rows fetched into registers while this
-//             chunk's math runs, so the gather's latency hides behind it;
+//   chunk     64 selected tokens of the window at a time (a token selected by any row): their
+//             K rows gathered into shared memory, S = Q K^T (8 warps over the 4 x MF tiles of
+//             S, split over D when fewer), per-row masks, fp32 online softmax, then their V rows
+//             into the same buffer and O += P V (each warp owns D/8 columns of O in registers
+//             for all M rows). K and V take turns in one buffer, which is what lets 64 tokens
+//             fit a V100's shared memory at D 256: four barriers per 64 tokens. Software-
+//             pipelined: V is fetched into registers while S runs, the next chunk's tokens are
+//             resolved beside softmax and its K fetched while P V runs, so gathers stay hidden;
 //   epilogue  O / l to fp16, lse = m + log l (natural log); an empty set gives 0 and -inf.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/checked.cuh"
@@ -36,23 +39,23 @@ using Params = sm70_qsa_attn_params;
 constexpr int kFrag = 16;  // WMMA m16n16k16
 constexpr int kWarps = 8;  // S tiles (split over D when fewer than 8), O over columns
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 32;  // tokens per step: two key fragments
+constexpr int kChunk = 64;  // tokens per step: four key fragments
+constexpr int kKeyFrags = kChunk / kFrag;
 constexpr int kPage = SM70_QSA_ATTN_PAGE;
 constexpr int kWindow = 32;   // union pages resolved per step: one per lane
 constexpr int kMaxRows = 16;  // tile rows: one bit each in a token's row mask, bitmaps on chip
 constexpr int kPageWords = SM70_QSA_ATTN_MAX_SEQ_LEN / kPage / 32;
 constexpr int kPad = 8;  // halves: staggers rows over the banks
 constexpr int kPLd = kChunk + kPad;
-static_assert(kChunk == 2 * kFrag && kWarps % 2 == 0, "S: two key fragments, warps split D");
+static_assert(kWarps % kKeyFrags == 0, "S: the warps split D when there are fewer tiles");
 
 // MMA rows M = 16 x MF: tile rows x query heads of the KV head.
 template <int D, int MF>
 struct __align__(32) Smem {
   static constexpr int kM = kFrag * MF;
   __half q[kM][D + kPad];
-  __half k[kChunk][D + kPad];  // also the fp32 O staging of the epilogue
-  __half v[kChunk][D + kPad];
-  float s_part[kWarps][kFrag][kFrag];  // S tiles, or partial sums over slices of D
+  __half kv[kChunk][D + kPad];  // the chunk's K rows, then its V rows; the epilogue's O staging
+  alignas(16) float s_part[kWarps][kFrag][kFrag];  // S tiles, or partial sums over slices of D
   __half p[kM][kPLd];
   float row_ids[kFrag][kFrag];  // element (r, c) = r: accumulator element -> MMA row
   uint32_t row_pages[kMaxRows][kPageWords];
@@ -65,7 +68,7 @@ struct __align__(32) Smem {
   int32_t win_prefix[kWindow + 1];  // tokens of the window's pages before each page
   int64_t tok_k[2][kChunk];         // element offset of the token's K row; -1: zero key
   int64_t tok_v[2][kChunk];         // [2]: this chunk's and the next one's
-  uint32_t tok_rows[2][kChunk];     // bit r: tile row r attends to the token
+  alignas(16) uint32_t tok_rows[2][kChunk];  // bit r: tile row r attends to the token
   float m[kM];
   float l[kM];
   float alpha[kM];
@@ -267,42 +270,42 @@ __device__ void resolve_chunk(const Params &p, const Tile &tile, int first, int 
   s.tok_rows[buf][threadIdx.x] = rows;
 }
 
-// One chunk's K and V rows in flight: each thread's share, 16 bytes per load.
+// One chunk's K or V rows in flight: each thread's share, 16 bytes per load.
 template <int D>
-struct KvRegs {
+struct RowRegs {
   static constexpr int kChunks = D / 8;  // 16-byte pieces of a row
-  static constexpr int kLoads = 2 * kChunk * kChunks / kThreads;
+  static constexpr int kLoads = kChunk * kChunks / kThreads;
+  static_assert(kLoads * kThreads == kChunk * kChunks, "whole rows per step");
   uint4 v[kLoads];
 };
 
-// Piece n of this thread: K (first half) or V, the token, the 16-byte column.
+// Piece n of this thread: its token and 16-byte column.
 template <int D>
-__device__ __forceinline__ void kv_piece(int n, int *is_v, int *tok, int *c) {
-  constexpr int kChunks = KvRegs<D>::kChunks;
+__device__ __forceinline__ void row_piece(int n, int *tok, int *c) {
+  constexpr int kChunks = RowRegs<D>::kChunks;
   const int i = threadIdx.x + n * kThreads;
-  *is_v = i / (kChunk * kChunks), *tok = (i / kChunks) % kChunk, *c = i % kChunks;
+  *tok = i / kChunks, *c = i % kChunks;
 }
 
-// Issues the loads of token buffer `buf`'s K/V rows (zeros for missing tokens).
-template <int D, int MF>
-__device__ void fetch_kv(const Params &p, int buf, const Smem<D, MF> &s, KvRegs<D> &r) {
+// Issues the loads of the chunk's K (or V) rows at `offsets` (zeros for missing tokens).
+template <int D>
+__device__ void fetch_rows(const uint16_t *cache, const int64_t (&offsets)[kChunk], RowRegs<D> &r) {
 #pragma unroll
-  for (int n = 0; n < KvRegs<D>::kLoads; ++n) {
-    int is_v, tok, c;
-    kv_piece<D>(n, &is_v, &tok, &c);
-    const int64_t off = is_v ? s.tok_v[buf][tok] : s.tok_k[buf][tok];
-    const uint16_t *base = is_v ? p.v_cache : p.k_cache;
-    r.v[n] = off < 0 ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4 *>(base + off)[c];
+  for (int n = 0; n < RowRegs<D>::kLoads; ++n) {
+    int tok, c;
+    row_piece<D>(n, &tok, &c);
+    const int64_t off = offsets[tok];
+    r.v[n] = off < 0 ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4 *>(cache + off)[c];
   }
 }
 
 template <int D, int MF>
-__device__ void store_kv(const KvRegs<D> &r, Smem<D, MF> &s) {
+__device__ void store_rows(const RowRegs<D> &r, Smem<D, MF> &s) {
 #pragma unroll
-  for (int n = 0; n < KvRegs<D>::kLoads; ++n) {
-    int is_v, tok, c;
-    kv_piece<D>(n, &is_v, &tok, &c);
-    *reinterpret_cast<uint4 *>(is_v ? &s.v[tok][c * 8] : &s.k[tok][c * 8]) = r.v[n];
+  for (int n = 0; n < RowRegs<D>::kLoads; ++n) {
+    int tok, c;
+    row_piece<D>(n, &tok, &c);
+    *reinterpret_cast<uint4 *>(&s.kv[tok][c * 8]) = r.v[n];
   }
 }
 
@@ -331,60 +334,97 @@ __device__ bool advance(const Params &p, const Tile &tile, int total, Cursor &cu
 
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
-// S = Q K^T over the chunk: 2 x MF tiles of 16 x 16 (row fragment, key fragment); with fewer
-// tiles than warps each tile's D is split and the slices summed in softmax.
+// The MMA row of each accumulator element. WMMA leaves the layout to the implementation, but it
+// is the same for every accumulator fragment, so a fragment loaded from s.row_ids tells it.
+struct ElementRows {
+  int row[Acc::num_elements];
+};
+
+template <int D, int MF>
+__device__ ElementRows element_rows(const Smem<D, MF> &s) {
+  Acc ids;
+  wmma::load_matrix_sync(ids, &s.row_ids[0][0], kFrag, wmma::mem_row_major);
+  ElementRows r;
+#pragma unroll
+  for (int i = 0; i < Acc::num_elements; ++i) r.row[i] = (int)ids.x[i];
+  return r;
+}
+
+// S = Q K^T over the chunk: MF x 4 tiles of 16 x 16 (row fragment, key fragment); with fewer
+// tiles than warps each tile's D is split and the slices summed in softmax. Two accumulators
+// halve the chain of dependent MMAs.
 template <int D, int MF>
 __device__ void scores(Smem<D, MF> &s) {
-  constexpr int kTiles = 2 * MF, kSplit = kWarps / kTiles, kSteps = D / kFrag / kSplit;
-  static_assert(kWarps % kTiles == 0, "every warp takes one tile slice");
+  constexpr int kTiles = MF * kKeyFrags, kSplit = kWarps / kTiles, kSteps = D / kFrag / kSplit;
+  static_assert(kWarps % kTiles == 0 && kSteps % 2 == 0, "every warp takes one tile slice");
   const int warp = threadIdx.x / 32, tile = warp % kTiles;
-  const int row0 = (tile / 2) * kFrag, key0 = (tile % 2) * kFrag;
+  const int row0 = (tile / kKeyFrags) * kFrag, key0 = (tile % kKeyFrags) * kFrag;
   const int k0 = (warp / kTiles) * kSteps * kFrag;
-  Acc acc;
-  wmma::fill_fragment(acc, 0.f);
+  Acc acc[2];
+  wmma::fill_fragment(acc[0], 0.f);
+  wmma::fill_fragment(acc[1], 0.f);
 #pragma unroll
   for (int step = 0; step < kSteps; ++step) {
     const int k = k0 + step * kFrag;
     wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
     wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b;
     wmma::load_matrix_sync(a, &s.q[row0][k], D + kPad);
-    wmma::load_matrix_sync(b, &s.k[key0][k], D + kPad);
-    wmma::mma_sync(acc, a, b, acc);
+    wmma::load_matrix_sync(b, &s.kv[key0][k], D + kPad);
+    wmma::mma_sync(acc[step % 2], a, b, acc[step % 2]);
   }
-  wmma::store_matrix_sync(&s.s_part[warp][0][0], acc, kFrag, wmma::mem_row_major);
+#pragma unroll
+  for (int i = 0; i < acc[0].num_elements; ++i) acc[0].x[i] += acc[1].x[i];
+  wmma::store_matrix_sync(&s.s_part[warp][0][0], acc[0], kFrag, wmma::mem_row_major);
 }
 
-// Online softmax over the chunk: kLanes threads per MMA row m, kTokens tokens each. P (fp16)
+// Online softmax over the chunk: kLanes threads per MMA row m, kTokens adjacent tokens each (one
+// key fragment's row: vector loads of S and of the token masks, one vector store of P). P (fp16)
 // and the rescale factor of each row go to shared memory; the running max and sum advance.
 template <int D, int MF>
-__device__ void softmax(float sm_scale, int group, int used_rows, int buf, Smem<D, MF> &s) {
-  constexpr int kM = Smem<D, MF>::kM, kTiles = 2 * MF, kLanes = kThreads / kM;
+__device__ void softmax(float sm_scale, int group, int buf, Smem<D, MF> &s) {
+  constexpr int kM = Smem<D, MF>::kM, kTiles = MF * kKeyFrags, kLanes = kThreads / kM;
   constexpr int kTokens = kChunk / kLanes;
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a row's lanes sit in one warp");
+  static_assert(kTokens % 4 == 0 && kFrag % kTokens == 0, "float4 pieces of one fragment row");
   const int m = threadIdx.x / kLanes, j0 = (threadIdx.x % kLanes) * kTokens;
-  const bool row_live = m < used_rows * group;
+  const int row = m / group;  // the tile row of MMA row m: no mask bits past the tile's rows
+  const int tile = (m / kFrag) * kKeyFrags + j0 / kFrag;
   float v[kTokens];
+#pragma unroll
+  for (int e = 0; e < kTokens; e += 4) {
+    float4 dot = *reinterpret_cast<const float4 *>(&s.s_part[tile][m % kFrag][j0 % kFrag + e]);
+#pragma unroll
+    for (int w = tile + kTiles; w < kWarps; w += kTiles) {  // slices of D
+      const float4 more =
+          *reinterpret_cast<const float4 *>(&s.s_part[w][m % kFrag][j0 % kFrag + e]);
+      dot.x += more.x, dot.y += more.y, dot.z += more.z, dot.w += more.w;
+    }
+    const uint4 want = *reinterpret_cast<const uint4 *>(&s.tok_rows[buf][j0 + e]);
+    v[e] = want.x >> row & 1u ? dot.x * sm_scale : -INFINITY;
+    v[e + 1] = want.y >> row & 1u ? dot.y * sm_scale : -INFINITY;
+    v[e + 2] = want.z >> row & 1u ? dot.z * sm_scale : -INFINITY;
+    v[e + 3] = want.w >> row & 1u ? dot.w * sm_scale : -INFINITY;
+  }
   float top = -INFINITY;
 #pragma unroll
-  for (int e = 0; e < kTokens; ++e) {
-    const int j = j0 + e, tile = (m / kFrag) * 2 + j / kFrag;
-    float dot = 0.f;
-#pragma unroll
-    for (int w = tile; w < kWarps; w += kTiles) dot += s.s_part[w][m % kFrag][j % kFrag];
-    const bool wanted = row_live && (s.tok_rows[buf][j] >> (m / group) & 1u);
-    v[e] = wanted ? dot * sm_scale : -INFINITY;
-    top = fmaxf(top, v[e]);
-  }
+  for (int e = 0; e < kTokens; ++e) top = fmaxf(top, v[e]);
   for (int offset = kLanes / 2; offset > 0; offset /= 2)
     top = fmaxf(top, __shfl_xor_sync(kFullMask, top, offset));
   const float m_old = s.m[m], m_new = fmaxf(m_old, top);
   const bool none = m_new == -INFINITY;  // nothing attended yet: avoid -inf - -inf
   float sum = 0.f;
+  uint32_t p[kTokens / 2];
 #pragma unroll
-  for (int e = 0; e < kTokens; ++e) {
-    const float pe = none ? 0.f : __expf(v[e] - m_new);
-    sum += pe;
-    s.p[m][j0 + e] = __float2half(pe);
+  for (int e = 0; e < kTokens; e += 2) {
+    const float p0 = none ? 0.f : __expf(v[e] - m_new), p1 = none ? 0.f : __expf(v[e + 1] - m_new);
+    sum += p0 + p1;
+    const __half2 h = __floats2half2_rn(p0, p1);
+    memcpy(&p[e / 2], &h, sizeof(h));
+  }
+  if constexpr (kTokens == 8) {
+    *reinterpret_cast<uint4 *>(&s.p[m][j0]) = make_uint4(p[0], p[1], p[2], p[3]);
+  } else {
+    *reinterpret_cast<uint2 *>(&s.p[m][j0]) = make_uint2(p[0], p[1]);
   }
   for (int offset = kLanes / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(kFullMask, sum, offset);
@@ -406,7 +446,7 @@ struct OTile {
 
 // O = O * alpha[row] + P V.
 template <int D, int MF>
-__device__ void accumulate(Smem<D, MF> &s, const Acc &row_map, OTile<D, MF> &t) {
+__device__ void accumulate(Smem<D, MF> &s, const ElementRows &acc_rows, OTile<D, MF> &t) {
   constexpr int kFrags = OTile<D, MF>::kFrags;
   const int col0 = (threadIdx.x / 32) * kFrags * kFrag;
 #pragma unroll
@@ -415,13 +455,13 @@ __device__ void accumulate(Smem<D, MF> &s, const Acc &row_map, OTile<D, MF> &t) 
     for (int f = 0; f < kFrags; ++f)
 #pragma unroll
       for (int i = 0; i < t.o[mf][f].num_elements; ++i)
-        t.o[mf][f].x[i] *= s.alpha[mf * kFrag + (int)row_map.x[i]];
+        t.o[mf][f].x[i] *= s.alpha[mf * kFrag + acc_rows.row[i]];
 #pragma unroll
   for (int k = 0; k < kChunk; k += kFrag) {
     wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::row_major> b[kFrags];
 #pragma unroll
     for (int f = 0; f < kFrags; ++f)
-      wmma::load_matrix_sync(b[f], &s.v[k][col0 + f * kFrag], D + kPad);
+      wmma::load_matrix_sync(b[f], &s.kv[k][col0 + f * kFrag], D + kPad);
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
       wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
@@ -432,14 +472,14 @@ __device__ void accumulate(Smem<D, MF> &s, const Acc &row_map, OTile<D, MF> &t) 
   }
 }
 
-// Epilogue: O / l through shared memory (the K and V buffers, one row fragment at a time) to
+// Epilogue: O / l through shared memory (the K/V buffer, one row fragment at a time) to
 // fp16 rows, and lse.
 template <int D, int MF>
 __device__ void write_out(const Params &p, const Tile &tile, int group, Smem<D, MF> &s,
                           const OTile<D, MF> &t) {
   constexpr int kM = Smem<D, MF>::kM, kFrags = OTile<D, MF>::kFrags, kLd = D + 4;
-  static_assert(sizeof(float) * kFrag * kLd <= sizeof(s.k) + sizeof(s.v), "staging");
-  float *stage = reinterpret_cast<float *>(&s.k[0][0]);
+  static_assert(sizeof(float) * kFrag * kLd <= sizeof(s.kv), "staging");
+  float *stage = reinterpret_cast<float *>(&s.kv[0][0]);
   const int col0 = (threadIdx.x / 32) * kFrags * kFrag, kvh = blockIdx.y;
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf) {
@@ -503,32 +543,33 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<D, MF>())
   load_rows(p, tile, group, s);
   __syncthreads();
   load_selection(p, tile, s);
-  Acc row_map;
+  const ElementRows acc_rows = element_rows(s);
   OTile<D, MF> o;
-  wmma::load_matrix_sync(row_map, &s.row_ids[0][0], kFrag, wmma::mem_row_major);
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
     for (int f = 0; f < OTile<D, MF>::kFrags; ++f) wmma::fill_fragment(o.o[mf][f], 0.f);
-  // Main loop: windows of union pages, chunks of their tokens, the next chunk in flight.
+  // Main loop: windows of union pages, chunks of their tokens; K and V take turns in s.kv.
   const int total = s.union_prefix[kPageWords];
   Cursor cur;
-  KvRegs<D> kv;
+  RowRegs<D> rows;
   bool live = advance(p, tile, total, cur, s);
   if (live) resolve_chunk(p, tile, cur.tok0, 0, s);
   __syncthreads();
-  if (live) fetch_kv(p, 0, s, kv);
+  if (live) fetch_rows<D>(p.k_cache, s.tok_k[0], rows);
   for (int buf = 0; live; buf ^= 1) {
-    store_kv(kv, s);
-    const bool next = advance(p, tile, total, cur, s);
-    if (next) resolve_chunk(p, tile, cur.tok0, buf ^ 1, s);
+    store_rows(rows, s);  // K
     __syncthreads();
-    if (next) fetch_kv(p, buf ^ 1, s, kv);
+    fetch_rows<D>(p.v_cache, s.tok_v[buf], rows);  // in flight during S and softmax
     scores(s);
     __syncthreads();
-    softmax(p.sm_scale, group, tile.rows, buf, s);
+    softmax(p.sm_scale, group, buf, s);
+    const bool next = advance(p, tile, total, cur, s);
+    if (next) resolve_chunk(p, tile, cur.tok0, buf ^ 1, s);
+    store_rows(rows, s);  // V, over K: every warp has passed S
     __syncthreads();
-    accumulate(s, row_map, o);
+    if (next) fetch_rows<D>(p.k_cache, s.tok_k[buf ^ 1], rows);  // in flight during P V
+    accumulate(s, acc_rows, o);
     __syncthreads();
     live = next;
   }
@@ -547,15 +588,17 @@ int32_t launch(const Params &p, cudaStream_t stream) {
   return static_cast<int32_t>(cudaGetLastError());
 }
 
-// The tile: 32 MMA rows (MF 2) wherever G fills them, measured on the TP4 shape (G 4, D 256)
-// with realistic selections (runs of 16, neighbour overlap 0.93/0.80/0.72), whole 8K/32K/128K
-// prefills on an H200, ms (2026-11-30, this pipelined kernel):
-//                                      MF 1              MF 2              MF 4
-//   two blocks per SM (H200)           1.85/9.92/44.4    1.67/9.52/44.5    2.18/13.9/69.8
-//   one block per SM (as on a V100)    2.87/15.6/69.7    2.38/14.0/65.8    2.18/13.9/69.7
-// (one block forced by reserving shared memory). A 16-row tile (MF 4) reuses each gathered token
-// most but its union grows with the context: it wins only short prompts on a V100, by less than
-// it loses at 128K, so it is not built.
+// The tile and the chunk, measured on the TP4 shape (G 4, D 256) with realistic selections (runs
+// of 16, neighbour overlap 0.93/0.80/0.72), whole 8K/32K/128K prefills on an H200, ms, at two
+// blocks per SM and at one (as on a V100, forced by reserving shared memory), 2026-11-30:
+//                                                      two blocks        one block
+//   MF 2, 32-token chunks, K and V side by side        1.64/9.38/44.0    2.40/14.0/65.9
+//   MF 2, 64-token chunks, K and V taking turns        1.24/7.15/33.8    1.76/10.3/48.9
+//   MF 1, 64-token chunks, K and V taking turns        1.33/7.25/32.9
+//   MF 2, 64-token chunks, vector softmax (this one)   1.03/5.97/28.2    1.39/8.19/39.0
+// 32 MMA rows (MF 2) wherever G fills them: a 16-row tile reuses each gathered token for more
+// rows but its union grows with the context; at 32-token chunks it won only short prompts on a
+// V100 and lost at 128K, and at 64 its Q and P no longer fit beside the chunk in 96 KB.
 constexpr int row_fragments(int group) { return group == 1 ? 1 : 2; }
 
 template <int D>
