@@ -9,6 +9,9 @@
 #include "integration/cli/bench.h"
 
 enum { kHq = 4, kHkv = 1, kDim = 256, kPage = 64, kTopk = 2048, kRun = 16 };
+/* Rows per kernel tile at this shape (32 MMA rows / 4 query heads): the kernel gathers the union
+ * of a tile's selections once, which is what the gathered-bytes line reports. */
+enum { kTileRows = 8 };
 enum { kChunkRows = 8192, kMaxKeys = 131072, kMaxPages = kMaxKeys / kPage };
 
 typedef struct attn_buffers {
@@ -74,12 +77,32 @@ static double jaccard(const int32_t *a, int na, const int32_t *b, int nb) {
   return na + nb - both > 0 ? (double)both / (na + nb - both) : 1.0;
 }
 
-/* Selections of rows [end - kChunkRows, end) of one prompt; returns the mean neighbour overlap
- * and, in *tokens, the selected tokens summed over rows (the useful work). */
+/* Tokens in the union of rows [r0, r0 + kTileRows)'s selections; `pages` is scratch, all zero
+ * on entry and on return. */
+static double tile_union(const attn_buffers *b, int r0, uint64_t *pages) {
+  double tokens = 0;
+  for (int r = r0; r < r0 + kTileRows; ++r) {
+    for (int i = 0; i < b->h_count[r]; ++i)
+      pages[b->h_blocks[(size_t)r * kMaxPages + i]] |= b->h_masks[(size_t)r * kMaxPages + i];
+  }
+  for (int r = r0; r < r0 + kTileRows; ++r) {
+    for (int i = 0; i < b->h_count[r]; ++i) {
+      uint64_t *m = &pages[b->h_blocks[(size_t)r * kMaxPages + i]];
+      tokens += __builtin_popcountll(*m);
+      *m = 0;
+    }
+  }
+  return tokens;
+}
+
+/* Selections of rows [end - kChunkRows, end) of one prompt; returns the mean neighbour overlap,
+ * in *tokens the selected tokens summed over rows (the useful work), and in *gathered the
+ * tokens of every kernel tile's union (what the kernel gathers). */
 static double make_chunk(attn_buffers *b, selector *s, int end, uint64_t *page_masks,
-                         double *tokens) {
+                         double *tokens, double *gathered) {
   double overlap = 0;
   *tokens = 0;
+  *gathered = 0;
   for (int r = 0; r < kChunkRows; ++r) {
     const int len = end - kChunkRows + r + 1;
     if (len > kTopk) drift(s, len, len == kTopk + 1);
@@ -90,6 +113,8 @@ static double make_chunk(attn_buffers *b, selector *s, int end, uint64_t *page_m
       *tokens += __builtin_popcountll(b->h_masks[(size_t)r * kMaxPages + i]);
     if (r > 0) overlap += jaccard(blocks - kMaxPages, b->h_count[r - 1], blocks, n);
   }
+  memset(page_masks, 0, kMaxPages * sizeof(uint64_t));
+  for (int r0 = 0; r0 < kChunkRows; r0 += kTileRows) *gathered += tile_union(b, r0, page_masks);
   return overlap / (kChunkRows - 1);
 }
 
@@ -211,11 +236,12 @@ int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device) {
   bench_print_header();
   for (size_t i = 0; ok && i < sizeof(kPrompts) / sizeof(kPrompts[0]); ++i) {
     selector s = {.rng = 0x9e3779b9u};
-    double total = 0, overlap = 0;
+    double total = 0, overlap = 0, gathered_bytes = 0;
     bench_work work = {0, 0};
     for (int end = kChunkRows; ok && end <= kPrompts[i]; end += kChunkRows) {
-      double tokens = 0;
-      overlap += make_chunk(&b, &s, end, page_masks, &tokens);
+      double tokens = 0, gathered = 0;
+      overlap += make_chunk(&b, &s, end, page_masks, &tokens, &gathered);
+      gathered_bytes += gathered * kHkv * kDim * 4; /* K and V rows, fp16 */
       const double ms = time_chunk(h, &b, end);
       if (ms < 0) ok = 0;
       const bench_work w = attn_work(tokens, end);
@@ -226,6 +252,11 @@ int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device) {
     snprintf(label, sizeof(label), "prefill %dK", kPrompts[i] / 1024);
     snprintf(what, sizeof(what), "overlap %.2f", overlap / (kPrompts[i] / kChunkRows));
     bench_print_row(label, what, total, work, device);
+    printf(
+        "    K/V gathered over %d-row tiles' unions: %.1f GB (%.1fx the floor's bytes), %.2f "
+        "TB/s\n",
+        kTileRows, gathered_bytes / 1e9, gathered_bytes / work.bytes,
+        gathered_bytes / (total * 1e-3) / 1e12);
   }
   free(page_masks);
   free_buffers(&b);
