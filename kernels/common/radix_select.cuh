@@ -48,10 +48,11 @@ __device__ __forceinline__ uint32_t digit(uint32_t key, int consumed, int width)
 
 // Shared memory a selection works in.
 struct RadixScratch {
-  uint32_t hist[kRadixMaxBins];
+  alignas(16) uint32_t hist[kRadixMaxBins];  // read as uint4 by find_bin
   int scan[33];
   uint32_t bin;    // find_bin's answer
   uint32_t above;  // keys in the bins above it
+  uint32_t key;    // kth_largest_key's answer once its bin holds one key
 };
 
 // The state after a level chose s.bin.
@@ -87,31 +88,48 @@ __device__ void key_histogram(const uint32_t *keys, int n, const Radix r, int wi
   __syncthreads();
 }
 
-// The bin holding the need-th largest key (bins above it hold s.above < need keys).
+// The bin holding the need-th largest key (bins above it hold s.above < need keys). One warp:
+// each lane sums a slice of the bins (highest first), a scan finds the slice that reaches
+// `need`, and the warp scans that slice 32 bins at a time. No lane walks bins one by one: at the
+// first level's 2048 bins that walk was a quarter of the select kernel's time.
 __device__ void find_bin(int width, int need, RadixScratch &s) {
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x, per = (1 << width) / 32;
     const int top = (1 << width) - lane * per;  // lane 0 takes the highest bins
     int sum = 0;
-    for (int b = top - per; b < top; ++b) sum += s.hist[b];
-    const int inclusive = warp_inclusive_scan(sum);
-    const int owner = __ffs(__ballot_sync(kFullMask, inclusive >= need)) - 1;
-    if (lane == owner) {
-      int running = inclusive - sum;
-      for (int b = top - 1; b >= top - per; --b) {
-        if (running + (int)s.hist[b] >= need) {
-          s.bin = b;
-          s.above = running;
-          break;
-        }
-        running += s.hist[b];
+    if (per % 4 == 0) {
+      for (int b = top - per; b < top; b += 4) {
+        const uint4 h = *reinterpret_cast<const uint4 *>(&s.hist[b]);
+        sum += h.x + h.y + h.z + h.w;
       }
+    } else {
+      for (int b = top - per; b < top; ++b) sum += s.hist[b];
+    }
+    const int inclusive = warp_inclusive_scan(sum);
+    // Callers ask for at most the keys counted, so some lane reaches `need`.
+    const int owner = __ffs(__ballot_sync(kFullMask, inclusive >= need)) - 1;
+    const int owner_top = (1 << width) - owner * per;
+    int running = __shfl_sync(kFullMask, inclusive - sum, owner);  // keys above the slice
+    for (int first = 0; owner >= 0 && first < per; first += 32) {
+      const int b = owner_top - 1 - first - lane;  // descending
+      const int h = first + lane < per ? (int)s.hist[b] : 0;
+      const int upto = running + warp_inclusive_scan(h);
+      const unsigned reached = __ballot_sync(kFullMask, upto >= need);
+      if (reached != 0) {
+        if (lane == __ffs(reached) - 1) {
+          s.bin = b;
+          s.above = upto - h;
+        }
+        break;
+      }
+      running = __shfl_sync(kFullMask, upto, 31);
     }
   }
   __syncthreads();
 }
 
-// The need-th largest of keys[0, n) (1 <= need <= n): its exact key.
+// The need-th largest of keys[0, n) (1 <= need <= n): its exact key. A bin holding one key
+// ends the narrowing early: one pass finds that key.
 template <int kThreads>
 __device__ uint32_t kth_largest_key(const uint32_t *keys, int n, int need, RadixScratch &s) {
   Radix r{0u, 0, need};
@@ -119,8 +137,16 @@ __device__ uint32_t kth_largest_key(const uint32_t *keys, int n, int need, Radix
     const int width = radix_bits(level);
     key_histogram<kThreads>(keys, n, r, width, s);
     find_bin(width, r.need, s);
+    const bool single = s.hist[s.bin] == 1u;
     r = narrowed(r, width, s);
-    __syncthreads();  // s.bin and s.above are read before the next level rewrites them
+    __syncthreads();  // s.bin, s.above and the bin's count are read before the next level
+    if (single && r.consumed < 32) {
+      for (int i = threadIdx.x; i < n; i += kThreads) {
+        if (matches(keys[i], r)) s.key = keys[i];
+      }
+      __syncthreads();
+      return s.key;
+    }
   }
   return r.prefix;
 }

@@ -76,12 +76,14 @@ __device__ __forceinline__ void mark_word(bool selected, int i, SelectSmem &s) {
   if ((threadIdx.x & 31) == 0 && bits) s.bitmap[i >> 5] |= bits;
 }
 
-// Candidates matching r whose next digit lies above the chosen bin are selected.
-__device__ void mark_candidates_above(int n, const Radix r, int width, SelectSmem &s) {
-  const uint32_t bin = s.radix.bin;
+// Candidates matching r whose next digit lies above the chosen bin are selected, and those in
+// the bin too when `with_bin`.
+__device__ void mark_candidates_above(int n, const Radix r, int width, bool with_bin,
+                                      SelectSmem &s) {
+  const uint32_t first = s.radix.bin + (with_bin ? 0u : 1u);
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const uint32_t k = s.cand_key[i];
-    if (matches(k, r) && digit(k, r.consumed, width) > bin) mark_position(s.cand_pos[i], s);
+    if (matches(k, r) && digit(k, r.consumed, width) >= first) mark_position(s.cand_pos[i], s);
   }
   __syncthreads();
 }
@@ -109,14 +111,17 @@ __device__ void take_candidate_ties(int n, const Radix full, SelectSmem &s) {
   }
 }
 
-// Top r.need of the n candidates matching r, from level `level` on.
+// Top r.need of the n candidates matching r, from level `level` on. Stops as soon as the chosen
+// bin is taken whole (scores are spread, so that is usually a level or two early).
 __device__ void select_candidates(int n, Radix r, int level, SelectSmem &s) {
   for (;; ++level) {
     const int width = radix_bits(level);
     key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
     find_bin(width, r.need, s.radix);
     const Radix next = narrowed(r, width, s.radix);
-    mark_candidates_above(n, r, width, s);
+    const bool whole_bin = s.radix.hist[s.radix.bin] == (uint32_t)next.need;
+    mark_candidates_above(n, r, width, whole_bin, s);
+    if (whole_bin) return;
     if (next.consumed == 32) return take_candidate_ties(n, next, s);
     r = next;
   }
@@ -240,43 +245,53 @@ __device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
   }
 }
 
-// ---- emission
+// ---- emission: each thread takes a contiguous run of words (pages), so one block scan orders
+// the whole row
+
+__device__ __forceinline__ int run_begin(int n) {
+  return min(threadIdx.x * ((n + kThreads - 1) / kThreads), n);
+}
+__device__ __forceinline__ int run_end(int n) {
+  return min((threadIdx.x + 1) * ((n + kThreads - 1) / kThreads), n);
+}
 
 __device__ void emit_topk_idx(const Params &p, int t, int words, SelectSmem &s) {
   int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
-  int base = 0;
-  for (int w0 = 0; w0 < words; w0 += kThreads) {
-    const int w = w0 + threadIdx.x;
-    uint32_t bits = w < words ? s.bitmap[w] : 0u;
-    int total;
-    int slot = base + block_exclusive_scan<kThreads>(__popc(bits), s.radix.scan, &total);
-    for (; bits; bits &= bits - 1) out[slot++] = w * 32 + __ffs(bits) - 1;
-    base += total;
+  const int w0 = run_begin(words), w1 = run_end(words);
+  int selected = 0;
+  for (int w = w0; w < w1; ++w) selected += __popc(s.bitmap[w]);
+  int total;
+  int slot = block_exclusive_scan<kThreads>(selected, s.radix.scan, &total);
+  for (int w = w0; w < w1; ++w) {
+    for (uint32_t bits = s.bitmap[w]; bits; bits &= bits - 1)
+      out[slot++] = w * 32 + __ffs(bits) - 1;
   }
-  for (int i = base + threadIdx.x; i < p.topk; i += kThreads) out[i] = -1;
+  for (int i = total + threadIdx.x; i < p.topk; i += kThreads) out[i] = -1;
 }
 
 __device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
   int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
   uint64_t *masks = p.sel_mask + (int64_t)t * p.sel_mask_stride;
-  int base = 0;
-  for (int g0 = 0; g0 < pages; g0 += kThreads) {
-    const int g = g0 + threadIdx.x;
-    const uint64_t mask =
-        g < pages ? (uint64_t)s.bitmap[2 * g] | ((uint64_t)s.bitmap[2 * g + 1] << 32) : 0u;
-    int total;
-    const int slot = base + block_exclusive_scan<kThreads>(mask != 0, s.radix.scan, &total);
+  const int g0 = run_begin(pages), g1 = run_end(pages);
+  auto mask_of = [&](int g) {
+    return (uint64_t)s.bitmap[2 * g] | ((uint64_t)s.bitmap[2 * g + 1] << 32);
+  };
+  int used = 0;
+  for (int g = g0; g < g1; ++g) used += mask_of(g) != 0;
+  int total;
+  int slot = block_exclusive_scan<kThreads>(used, s.radix.scan, &total);
+  for (int g = g0; g < g1; ++g) {
+    const uint64_t mask = mask_of(g);
     if (mask != 0) {
       blocks[slot] = g;
-      masks[slot] = mask;
+      masks[slot++] = mask;
     }
-    base += total;
   }
-  for (int i = base + threadIdx.x; i < p.sel_width; i += kThreads) {
+  for (int i = total + threadIdx.x; i < p.sel_width; i += kThreads) {
     blocks[i] = -1;
     masks[i] = 0;
   }
-  if (threadIdx.x == 0) p.sel_count[t] = base;
+  if (threadIdx.x == 0) p.sel_count[t] = total;
 }
 
 // The first `need` set bits of the row's tie bitmap, in position order, into the selection.
@@ -309,6 +324,7 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
     block_exclusive_scan<kThreads>(partial, s.radix.scan, &tied);
     if (n + tied < p.topk) return false;
   }
+#pragma unroll 4  // several loads in flight per thread: this copy is latency-bound
   for (int i = threadIdx.x; i < n; i += kThreads) {
     s.cand_key[i] = order_key(ws.cand_score[row + i]);
     s.cand_pos[i] = ws.cand_pos[row + i];
