@@ -44,6 +44,16 @@ grep -q 'no CUDA device' "${out}" && gpu_present=0
 expect_exit 0 --library "${plugin}" check --cc 70
 expect_table
 expect_line 'compute capability 7\.0 \(--cc'
+# A plan for a GPU this build has no code for says so above the table.
+expect_exit 0 --library "${plugin}" info
+if grep -Eq '^SASS: +(.*,)?sm_70(,|$)' "${out}"; then
+  expect_exit 0 --library "${plugin}" check --cc 70
+  grep -q '^note: ' "${out}" && fail "a note for a build that carries sm_70: $(cat "${out}")"
+else
+  expect_exit 0 --library "${plugin}" check --cc 70
+  expect_line '^note: +this build carries sm_[0-9,sm_]+ only: on such a device every op declines'
+  expect_line 'A V100 needs the sm70 build'
+fi
 
 expect_exit 0 --library "${plugin}" check --tp 1
 expect_table
