@@ -245,7 +245,7 @@ __device__ void resolve_window(const Params &p, const Tile &tile, int first, int
   __syncthreads();
 }
 
-// Chunk step: the window's tokens [first, first + 32), their K/V rows and which rows want them,
+// Chunk step: the window's tokens [first, first + 64), their K/V rows and which rows want them,
 // into token buffer `buf`.
 template <int D, int MF>
 __device__ void resolve_chunk(const Params &p, const Tile &tile, int first, int buf,
