@@ -253,8 +253,8 @@ int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device) {
     snprintf(what, sizeof(what), "overlap %.2f", overlap / (kPrompts[i] / kChunkRows));
     bench_print_row(label, what, total, work, device);
     printf(
-        "    K/V gathered over %d-row tiles' unions: %.1f GB (%.1fx the floor's bytes), %.2f "
-        "TB/s\n",
+        "    K/V gathered over %d-row tiles' unions: %.1f GB (%.1fx the floor's bytes: K and V of "
+        "each page once, q, out, lse, selection), %.2f TB/s\n",
         kTileRows, gathered_bytes / 1e9, gathered_bytes / work.bytes,
         gathered_bytes / (total * 1e-3) / 1e12);
   }

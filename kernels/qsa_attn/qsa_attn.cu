@@ -385,7 +385,7 @@ __device__ void softmax(float sm_scale, int group, int buf, Smem<D, MF> &s) {
   constexpr int kM = Smem<D, MF>::kM, kTiles = MF * kKeyFrags, kLanes = kThreads / kM;
   constexpr int kTokens = kChunk / kLanes;
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a row's lanes sit in one warp");
-  static_assert(kTokens % 4 == 0 && kFrag % kTokens == 0, "float4 pieces of one fragment row");
+  static_assert(kTokens == 4 || kTokens == 8, "float4 pieces of one fragment row; P stores");
   const int m = threadIdx.x / kLanes, j0 = (threadIdx.x % kLanes) * kTokens;
   const int row = m / group;  // the tile row of MMA row m: no mask bits past the tile's rows
   const int tile = (m / kFrag) * kKeyFrags + j0 / kFrag;
