@@ -74,4 +74,8 @@ typedef struct sm70_varlen {
 int32_t sm70_check_varlen(const sm70ops_context *ctx, int32_t need_data, const sm70_varlen *v,
                           int64_t rows, int32_t page_size, sm70_plan *plan);
 
+/* The longest context a QSA fast path keeps on chip (its shape table's max_seq_len): past it,
+ * declines UNSUPPORTED_SHAPE and returns 0. */
+int32_t sm70_check_fast_path_seq_len(int32_t max_seq_len, int32_t limit, sm70_plan *plan);
+
 #endif /* SM70OPS_PLUGIN_OP_H_ */

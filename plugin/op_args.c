@@ -57,3 +57,9 @@ int32_t sm70_check_varlen(const sm70ops_context *ctx, int32_t need_data, const s
   }
   return 1;
 }
+
+int32_t sm70_check_fast_path_seq_len(int32_t max_seq_len, int32_t limit, sm70_plan *plan) {
+  if (max_seq_len <= limit) return 1;
+  return sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
+                      "max_seq_len %d beyond the fast path's %d", max_seq_len, limit);
+}

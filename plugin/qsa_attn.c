@@ -109,12 +109,7 @@ static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_pl
                    (long long)a->k_cache->shape[2], kMaxKvHeads);
       return NULL;
     }
-    if (a->max_seq_len > s->max_seq_len) {
-      sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
-                   "max_seq_len %d beyond the fast path's %d", a->max_seq_len, s->max_seq_len);
-      return NULL;
-    }
-    return s;
+    return sm70_check_fast_path_seq_len(a->max_seq_len, s->max_seq_len, plan) ? s : NULL;
   }
   sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
                "head dim %lld, %lld-token pages, %lld query heads per KV head: the fast path runs "

@@ -111,12 +111,7 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
                    a->topk, s->topk_min, s->topk_max);
       return NULL;
     }
-    if (a->max_seq_len > s->max_seq_len) {
-      sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
-                   "max_seq_len %d beyond the fast path's %d", a->max_seq_len, s->max_seq_len);
-      return NULL;
-    }
-    return s;
+    return sm70_check_fast_path_seq_len(a->max_seq_len, s->max_seq_len, plan) ? s : NULL;
   }
   sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
                "q [T, %lld, %lld] with %lld-token pages: the fast path runs %d heads x %d dims, "

@@ -8,6 +8,7 @@
 // mode records the first one (count pass).
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/checked.cuh"
+#include "kernels/common/search.h"
 #include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
 
 namespace sm70ops::nvfp4_moe {
@@ -46,19 +47,22 @@ __device__ void count_warp_pairs(const Params &p, const Pass &pass, RouteSmem &s
   }
 }
 
-__device__ void clear_hist(const Params &p, RouteSmem &s) {
+// The block's per-warp expert counts in s.hist, for every thread to read: the first step of both
+// sort kernels (the count reports bad expert ids, the scatter sees the same pairs again).
+template <bool kReport>
+__device__ void count_block_pairs(const Params &p, const Pass &pass, RouteSmem &s) {
   for (int i = threadIdx.x; i < kSortWarps * p.experts; i += blockDim.x) {
     s.hist[i / p.experts][i % p.experts] = 0;
   }
+  __syncthreads();
+  count_warp_pairs<kReport>(p, pass, s);
+  __syncthreads();
 }
 
 __global__ void __launch_bounds__(kSortWarps * 32)
     nvfp4_moe_route_count(const Params p, const Pass pass, const Workspace w) {
   __shared__ RouteSmem s;
-  clear_hist(p, s);
-  __syncthreads();
-  count_warp_pairs<true>(p, pass, s);
-  __syncthreads();
+  count_block_pairs<true>(p, pass, s);
   for (int e = threadIdx.x; e < p.experts; e += blockDim.x) {
     int total = 0;
 #pragma unroll
@@ -73,20 +77,6 @@ struct ScanSmem {
   int32_t count[kMaxExperts];
   int32_t scratch[kScanThreads / 32 + 1];
 };
-
-// The largest expert whose first tile is at or before `tile`: the tile's owner, since experts
-// without rows share their start with the next expert that has some.
-__device__ int tile_owner(const ScanSmem &s, int experts, int tile) {
-  int lo = 0, hi = experts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (s.tile_start[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
 
 __global__ void __launch_bounds__(kScanThreads)
     nvfp4_moe_route_scan(const Params p, const Pass pass, const Workspace w) {
@@ -115,7 +105,9 @@ __global__ void __launch_bounds__(kScanThreads)
   for (int tile = threadIdx.x; tile < pass.max_tiles; tile += blockDim.x) {
     int4 entry = make_int4(-1, 0, 0, 0);
     if (tile < total_tiles) {
-      const int owner = tile_owner(s, p.experts, tile);
+      // The last expert whose first tile is at or before `tile` owns it: experts without rows
+      // share their start with the next expert that has some.
+      const int owner = last_at_most(s.tile_start, p.experts, tile);
       const int row0 = (tile - s.tile_start[owner]) * pass.tile_m;
       entry = make_int4(owner, s.offset[owner] + row0, min(pass.tile_m, s.count[owner] - row0), 0);
     }
@@ -126,10 +118,7 @@ __global__ void __launch_bounds__(kScanThreads)
 __global__ void __launch_bounds__(kSortWarps * 32)
     nvfp4_moe_route_scatter(const Params p, const Pass pass, const Workspace w) {
   __shared__ RouteSmem s;
-  clear_hist(p, s);
-  __syncthreads();
-  count_warp_pairs<false>(p, pass, s);
-  __syncthreads();
+  count_block_pairs<false>(p, pass, s);
   for (int e = threadIdx.x; e < p.experts; e += blockDim.x) {  // counts -> each warp's position
     int next = w.expert_offset[e] + w.block_counts[(int64_t)blockIdx.x * p.experts + e];
 #pragma unroll

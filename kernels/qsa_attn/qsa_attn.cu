@@ -27,6 +27,7 @@
 
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/checked.cuh"
+#include "kernels/common/search.h"
 #include "kernels/common/varlen.cuh"
 #include "kernels/qsa_attn/qsa_attn.h"
 
@@ -178,19 +179,6 @@ __device__ __forceinline__ int nth_bit(uint64_t bits, int n) {
     if (n >= below) n -= below, bits >>= width, pos += width;
   }
   return pos;
-}
-
-// The last index i < n with prefix[i] <= value (prefix ascending, prefix[0] <= value).
-__device__ __forceinline__ int last_at_most(const int32_t *prefix, int n, int value) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (prefix[mid] <= value)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
 }
 
 // The page of union rank `rank`: the word holding it, then the bit within the word.

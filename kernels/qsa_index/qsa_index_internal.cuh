@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/common/checked.cuh"
+#include "kernels/common/search.h"
 #include "kernels/common/varlen.cuh"
 #include "kernels/qsa_index/qsa_index.h"
 
@@ -90,14 +91,7 @@ __device__ __forceinline__ int row_length(const Params &p, int r, int t) {
 
 // The request row t belongs to, or -1 outside every request.
 __device__ __forceinline__ int row_request(const Params &p, int t) {
-  int lo = 0, hi = p.requests - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.query_start_loc[mid] <= t)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  const int lo = last_at_most(p.query_start_loc, p.requests, t);
   return t >= p.query_start_loc[lo] && t < p.query_start_loc[lo + 1] ? lo : -1;
 }
 

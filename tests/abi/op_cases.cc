@@ -386,6 +386,14 @@ std::vector<Breakage> BadInputs(sm70ops_op op) {
 
 std::vector<Unsupported> UnsupportedCases() {
   using Index = sm70ops_qsa_index_args;
+  using Attn = sm70ops_qsa_attn_args;
+  // One page past the fast paths' longest context, the block table wide enough to hold it.
+  constexpr int32_t kTooLong = 131072 + 64;
+  const auto index_too_long =
+      Both(Both(SetField(&Index::max_seq_len, kTooLong), Resize({"block_table"}, 1, kTooLong / 64)),
+           Resize({"sel_blocks", "sel_mask"}, 1, 2048));  // outputs as wide as top-2048 needs
+  const auto attn_too_long =
+      Both(SetField(&Attn::max_seq_len, kTooLong), Resize({"block_table"}, 1, kTooLong / 64));
   const auto head_dim_64 = Both(Resize({"q", "out"}, 2, 64), Resize({"k_cache", "v_cache"}, 3, 64));
   const auto index_topk_100 =
       Both(SetField(&Index::topk, int32_t{100}), Resize({"topk_idx"}, 1, 100));
@@ -393,6 +401,10 @@ std::vector<Unsupported> UnsupportedCases() {
       {"qsa_index_topk_100", SM70OPS_OP_QSA_INDEX, index_topk_100,
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
       {"qsa_index_8_heads", SM70OPS_OP_QSA_INDEX, Resize({"q", "weights"}, 1, 8),
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_index_context_past_128k", SM70OPS_OP_QSA_INDEX, index_too_long,
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_attn_context_past_128k", SM70OPS_OP_QSA_ATTN, attn_too_long,
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
       {"qsa_index_bf16_q", SM70OPS_OP_QSA_INDEX, SetDtype("q", BF16()),
        SM70OPS_REASON_UNSUPPORTED_DTYPE},
