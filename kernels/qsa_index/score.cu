@@ -5,7 +5,8 @@
 // straight from global memory into WMMA B fragments. One accumulator per head and key fragment
 // keeps the heads apart, so the ReLU and the weighted head sum happen in registers. Two modes:
 //   sample  scores the first group of every 512 keys into the workspace;
-//   filter  scores every key and keeps those above the row's threshold, and marks those at it.
+//   filter  scores every key and keeps those above the row's threshold, and marks those at it
+//           (at short contexts, where rows keep many keys, one slot atomic per row and warp).
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -201,7 +202,7 @@ __device__ int tile_length(const Params &p, const Smem &s) {
   return len > p.topk ? len : 0;
 }
 
-// The three passes of the scorer; the filter aggregates its slot atomics when rows keep many keys.
+// The sample pass, and the filter pass with a slot atomic per kept key or per row and warp.
 enum class Pass { kSample, kFilter, kFilterAggregated };
 
 template <Pass kPass>
