@@ -45,9 +45,10 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //   - K tile 64: one 16-byte load per half row of the payload (32 k), two e4m3 scales with it;
 //     46 KB of shared memory at M = 64, so two blocks (16 warps) share a V100 SM.
 //   - M tile 64 or 32, picked per pass from the mean rows per expert (kWideTileMinRows): 64 halves
-//     the decode and B traffic per row once experts fill it; below that the last, mostly padded
-//     tile of every expert costs more tensor-core time than the decode saves, and the decode-bound
-//     small-T regime keeps its MMAs short.
+//     the decode and B traffic per row once experts hold 32 rows or more (32-row tiles then take
+//     two per expert, two decodes and two weight reads for the MMA rows of one 64-row tile: at
+//     T 2048, 40 rows per expert, 64 is a third faster); below that a 64-row tile is mostly
+//     padding and doubles the MMAs of the decode-bound small-T regime.
 //   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in
 //     flight during this tile's MMAs; a second shared buffer would cost the second block per SM.
 constexpr int kThreads = 256;  // 8 warps: 2 along M x 4 along N
@@ -57,7 +58,7 @@ constexpr int kTileN = 256;
 constexpr int kTileK = 64;
 constexpr int kWideTileM = 64;
 constexpr int kNarrowTileM = 32;
-constexpr int kWideTileMinRows = 64;  // mean routed rows per expert that selects kWideTileM
+constexpr int kWideTileMinRows = 32;  // mean routed rows per expert that selects kWideTileM
 constexpr int kFrag = 16;             // WMMA m16n16k16
 constexpr int kLd = kTileK + 8;       // halves per shared row: the pad staggers rows over banks
 constexpr int kWarpN = kTileN / kWarpsN;
