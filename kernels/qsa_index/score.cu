@@ -29,11 +29,13 @@ constexpr int kBlocksPerSm = 4;
 constexpr int kAccElements = 8;   // floats of a 16 x 16 accumulator per lane
 constexpr int kKeysPerWarp = 32;  // two key fragments share each A fragment load
 constexpr int kKeyFrags = kKeysPerWarp / kFrag;
-constexpr int kFilterKeysPerBlock = 2048;  // at most: amortises the Q tile over 64 key groups
-constexpr int kFilterMinKeysPerBlock = 256;
-constexpr int kFilterMinBlocks = 1024;     // short contexts split keys finer to fill the GPU
-constexpr int kSampleGroupsPerBlock = 64;  // the same 64 groups, spread over 32K keys
-constexpr int kQLd = kDim + 8;             // halves; the pad staggers rows over the banks
+// Key groups per block, both passes: as many as amortise the block's Q tile load, as few as
+// give the GPU kMinBlocks blocks at short contexts, and at the least one per warp (sample) or
+// eight (filter: four was 18% slower at 1024 x 2048).
+constexpr int kMaxGroupsPerBlock = 64;
+constexpr int kMinBlocks = 1024;
+constexpr int kFilterMinGroupsPerBlock = 8;
+constexpr int kQLd = kDim + 8;  // halves; the pad staggers rows over the banks
 static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
 
 struct __align__(32) Smem {
@@ -249,30 +251,30 @@ dim3 score_grid(const Params &p, int c0, int c1, int keys_per_block) {
               (p.max_seq_len + keys_per_block - 1) / keys_per_block);
 }
 
-// The widest key range per block (the Q tile is loaded once per block) that still gives the GPU
-// kFilterMinBlocks blocks.
-int filter_keys_per_block(const Params &p, int c0, int c1) {
-  int keys = kFilterKeysPerBlock;
-  while (keys > kFilterMinKeysPerBlock) {
-    const dim3 grid = score_grid(p, c0, c1, keys);
-    if ((int64_t)grid.x * grid.y >= kFilterMinBlocks) break;
-    keys /= 2;
+// The most key groups per block, down to min_groups, that still give the GPU kMinBlocks blocks;
+// group g starts at key g * stride. Measured on an H200 (1024 rows, K 2048): a fixed 64 groups
+// per block left the sample pass a few hundred blocks, costing 9% of the index at 32K keys.
+int groups_per_block(const Params &p, int c0, int c1, int stride, int min_groups) {
+  int groups = kMaxGroupsPerBlock;
+  while (groups > min_groups) {
+    const dim3 grid = score_grid(p, c0, c1, groups * stride);
+    if ((int64_t)grid.x * grid.y >= kMinBlocks) break;
+    groups /= 2;
   }
-  return keys;
+  return groups;
 }
 
 }  // namespace
 
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  const dim3 grid = score_grid(p, c0, c1, kSampleGroupsPerBlock * kSampleSpan);
-  qsa_index_score_wmma<Pass::kSample>
-      <<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, kSampleGroupsPerBlock);
+  const int groups = groups_per_block(p, c0, c1, kSampleSpan, kWarps);
+  const dim3 grid = score_grid(p, c0, c1, groups * kSampleSpan);
+  qsa_index_score_wmma<Pass::kSample><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
 }
 
 void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  const int keys = filter_keys_per_block(p, c0, c1);
-  const dim3 grid = score_grid(p, c0, c1, keys);
-  const int groups = keys / kKeysPerWarp;
+  const int groups = groups_per_block(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
+  const dim3 grid = score_grid(p, c0, c1, groups * kKeysPerWarp);
   // Rows keep about 16 sample_rank(K) keys; aggregating pays when that is an eighth of the
   // context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys, 4% at 16K, 5% slower at
   // 32K and 3% at 128K).
