@@ -1,6 +1,6 @@
-// The grouped W4A16 GEMMs on tensor cores. One block = one M tile of one expert's sorted pairs
-// (blockIdx.y indexes the tile table of route.cu; entries past the last tile exit) x one N tile of
-// 256 weight rows (blockIdx.x). Per K step of 64:
+// The grouped W4A16 GEMMs on tensor cores. One block = one M tile (64 or 32 rows, as the entry
+// says) of one expert's sorted pairs (blockIdx.y indexes the tile table of route.cu; entries past
+// the last tile exit) x one N tile of 256 weight rows (blockIdx.x). Per K step of 64:
 //   - A: the tile's rows, gathered x rows (gate/up) or contiguous activation rows (down), fp16;
 //   - B: the weight tile's FP4 payload and e4m3 scales, decoded to fp16 into shared memory;
 //   - 4 WMMA k-steps per warp on a (M/2) x 64 warp tile, fp32 accumulation.
@@ -97,27 +97,27 @@ using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::
 using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major>;
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
-template <int kTileM>
+// One layout for both M tiles (sized for the wide one): a block picks its path per tile.
 struct GemmSmem {
-  static constexpr int kTileBytes = (kTileM + kTileN) * kLd * 2;
+  static constexpr int kTileBytes = (kWideTileM + kTileN) * kLd * 2;
   static constexpr int kStageBytes = kWarpsM * kWarpsN * kFrag * kFrag * 4;
   // The A and B tiles during the main loop, each warp's epilogue fragment after it.
   alignas(32) unsigned char buf[kTileBytes > kStageBytes ? kTileBytes : kStageBytes];
-  int4 tile;                // the tile table entry, kept here for the epilogue
-  int32_t row_ref[kTileM];  // gate/up: the row's token; down: its pair; -1 past the tile's rows
-  float row_scale[kTileM];  // down: router weight x scale_2 x 2^7
+  int4 tile;                    // the tile table entry, kept here for the epilogue
+  int32_t row_ref[kWideTileM];  // gate/up: the row's token; down: its pair; -1 past the rows
+  float row_scale[kWideTileM];  // down: router weight x scale_2 x 2^7
 
   __device__ __half *a(int row, int col) {
     return reinterpret_cast<__half *>(buf) + row * kLd + col;
   }
   __device__ __half *b(int row, int col) {
-    return reinterpret_cast<__half *>(buf) + (kTileM + row) * kLd + col;
+    return reinterpret_cast<__half *>(buf) + (kWideTileM + row) * kLd + col;
   }
   __device__ float *stage(int warp) {
     return reinterpret_cast<float *>(buf) + warp * kFrag * kFrag;
   }
 };
-static_assert(sizeof(GemmSmem<kWideTileM>) <= 48 * 1024, "static shared memory, two blocks/SM");
+static_assert(sizeof(GemmSmem) <= 48 * 1024, "static shared memory, two blocks/SM");
 
 // ---- Main loop
 
@@ -178,7 +178,7 @@ __device__ __forceinline__ int b_half() { return threadIdx.x & 1; }
 
 template <Gemm kKind, int kTileM>
 __device__ Loader<kKind, kTileM> make_loader(const Params &p, const Workspace &w, const Operand &b,
-                                             const int4 &tile, GemmSmem<kTileM> &s) {
+                                             const int4 &tile, GemmSmem &s) {
   using C = Config<kKind, kTileM>;
   Loader<kKind, kTileM> l;
 #pragma unroll
@@ -201,8 +201,7 @@ __device__ Loader<kKind, kTileM> make_loader(const Params &p, const Workspace &w
 }
 
 template <Gemm kKind, int kTileM>
-__device__ void store_stage(const Staged<Config<kKind, kTileM>::kAChunks> &st,
-                            GemmSmem<kTileM> &s) {
+__device__ void store_stage(const Staged<Config<kKind, kTileM>::kAChunks> &st, GemmSmem &s) {
 #pragma unroll
   for (int i = 0; i < Config<kKind, kTileM>::kAChunks; ++i) {
     *reinterpret_cast<uint4 *>(s.a(a_row(i), a_col(i))) = st.a[i];
@@ -222,7 +221,7 @@ __device__ __forceinline__ int b_frag_row(int wn, int f) {
 }
 
 template <Gemm kKind, int kTileM>
-__device__ void mma_tile(GemmSmem<kTileM> &s, Acc (&acc)[Config<kKind, kTileM>::kFragsM][kFragsN]) {
+__device__ void mma_tile(GemmSmem &s, Acc (&acc)[Config<kKind, kTileM>::kFragsM][kFragsN]) {
   using C = Config<kKind, kTileM>;
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
 #pragma unroll 1
@@ -248,10 +247,9 @@ __device__ void mma_tile(GemmSmem<kTileM> &s, Acc (&acc)[Config<kKind, kTileM>::
 __device__ __forceinline__ int stage_row() { return (threadIdx.x & 31) / 2; }
 __device__ __forceinline__ int stage_col() { return (threadIdx.x & 1) * 8; }
 
-template <int kTileM, int kFragsM>
+template <int kFragsM>
 __device__ void store_activation(const Params &p, const Workspace &w, const Operand &b,
-                                 const int4 &tile, GemmSmem<kTileM> &s,
-                                 Acc (&acc)[kFragsM][kFragsN]) {
+                                 const int4 &tile, GemmSmem &s, Acc (&acc)[kFragsM][kFragsN]) {
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   const float gate_scale = b.scale_2[(int64_t)tile.x * b.scale_2_stride] * kDecodeScale;
   const float up_scale = b.scale_2[(int64_t)tile.x * b.scale_2_stride + 1] * kDecodeScale;
@@ -286,9 +284,9 @@ __device__ void store_activation(const Params &p, const Workspace &w, const Oper
   }
 }
 
-template <int kTileM, int kFragsM>
-__device__ void store_partials(const Params &p, const Workspace &w, const int4 &tile,
-                               GemmSmem<kTileM> &s, Acc (&acc)[kFragsM][kFragsN]) {
+template <int kFragsM>
+__device__ void store_partials(const Params &p, const Workspace &w, const int4 &tile, GemmSmem &s,
+                               Acc (&acc)[kFragsM][kFragsN]) {
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   float *stage = s.stage(warp);
 #pragma unroll
@@ -317,7 +315,7 @@ __device__ void store_partials(const Params &p, const Workspace &w, const int4 &
 // Prologue: what each row of the tile refers to (token, or pair and its router weight).
 template <Gemm kKind, int kTileM>
 __device__ void load_rows(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
-                          const int4 &tile, GemmSmem<kTileM> &s) {
+                          const int4 &tile, GemmSmem &s) {
   const int row = threadIdx.x;
   if (row == 0) s.tile = tile;
   if (row >= kTileM) return;
@@ -336,16 +334,14 @@ __device__ void load_rows(const Params &p, const Pass &pass, const Workspace &w,
   s.row_scale[row] = scale;
 }
 
+// One M tile of kTileM rows (the tile table says which) x one N tile.
 template <Gemm kKind, int kTileM>
-__global__ void __launch_bounds__(kThreads, 2)
-    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b) {
+__device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                          const int4 &tile, GemmSmem &s) {
   using C = Config<kKind, kTileM>;
-  __shared__ GemmSmem<kTileM> s;
-  const int4 tile = w.tiles[blockIdx.y];
-  if (tile.x < 0) return;  // past the last tile of this pass
-  load_rows<kKind>(p, pass, w, b, tile, s);
+  load_rows<kKind, kTileM>(p, pass, w, b, tile, s);
   __syncthreads();
-  const Loader<kKind, kTileM> loader = make_loader<kKind>(p, w, b, tile, s);
+  const Loader<kKind, kTileM> loader = make_loader<kKind, kTileM>(p, w, b, tile, s);
   Acc acc[C::kFragsM][kFragsN];
 #pragma unroll
   for (int fm = 0; fm < C::kFragsM; ++fm)
@@ -355,14 +351,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   loader.load_a(p, 0, staged);
   loader.load_b(b, 0, staged);
   for (int kt = 0; kt < b.k_tiles; ++kt) {
-    store_stage<kKind>(staged, s);
+    store_stage<kKind, kTileM>(staged, s);
     __syncthreads();
     const bool more = kt + 1 < b.k_tiles;
     // The next step's weights (DRAM) and A rows (mostly L2 hits) are in flight during the MMAs
     // (issuing the A loads after the MMAs instead left their latency exposed: 2-4% slower).
     if (more) loader.load_b(b, kt + 1, staged);
     if (more) loader.load_a(p, kt + 1, staged);
-    mma_tile<kKind>(s, acc);
+    mma_tile<kKind, kTileM>(s, acc);
     __syncthreads();  // the tiles are rewritten next step, or become the epilogue's stage
   }
   // Epilogue (the tile entry is read back from shared memory: no register holds it across the
@@ -374,10 +370,23 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <Gemm kKind, int kTileM>
+template <Gemm kKind>
+__global__ void __launch_bounds__(kThreads, 2)
+    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b) {
+  __shared__ GemmSmem s;
+  const int4 tile = w.tiles[blockIdx.y];
+  if (tile.x < 0) return;  // past the last tile of this pass
+  if (tile.w == kNarrowTileM) {
+    gemm_tile<kKind, kNarrowTileM>(p, pass, w, b, tile, s);
+  } else {
+    gemm_tile<kKind, kWideTileM>(p, pass, w, b, tile, s);
+  }
+}
+
+template <Gemm kKind>
 void launch_gemm(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
                  cudaStream_t stream) {
-  auto kernel = nvfp4_moe_gemm_wmma<kKind, kTileM>;
+  auto kernel = nvfp4_moe_gemm_wmma<kKind>;
   // Two blocks of 46 KB per SM need the largest shared-memory carveout.
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   kernel<<<dim3(b.n_tiles, pass.max_tiles), kThreads, 0, stream>>>(p, pass, w, b);
@@ -387,20 +396,12 @@ void launch_gemm(const Params &p, const Pass &pass, const Workspace &w, const Op
 
 void launch_gate_up(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
                     cudaStream_t stream) {
-  if (pass.tile_m == kWideTileM) {
-    launch_gemm<Gemm::kGateUp, kWideTileM>(p, pass, w, b, stream);
-  } else {
-    launch_gemm<Gemm::kGateUp, kNarrowTileM>(p, pass, w, b, stream);
-  }
+  launch_gemm<Gemm::kGateUp>(p, pass, w, b, stream);
 }
 
 void launch_down(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
                  cudaStream_t stream) {
-  if (pass.tile_m == kWideTileM) {
-    launch_gemm<Gemm::kDown, kWideTileM>(p, pass, w, b, stream);
-  } else {
-    launch_gemm<Gemm::kDown, kNarrowTileM>(p, pass, w, b, stream);
-  }
+  launch_gemm<Gemm::kDown>(p, pass, w, b, stream);
 }
 
 }  // namespace sm70ops::nvfp4_moe

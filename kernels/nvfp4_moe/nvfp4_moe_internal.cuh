@@ -43,12 +43,12 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //     expert (128 gate + 128 up rows) is one N tile, so each routed x row is gathered once; a
 //     warp's 4 B fragments per A fragment give 0.75 fragment loads per MMA from shared memory.
 //   - K tile 64: one 16-byte load per half row of the payload (32 k), two e4m3 scales with it;
-//     46 KB of shared memory at M = 64, so two blocks (16 warps) share a V100 SM.
-//   - M tile 64 or 32, picked per pass from the mean rows per expert (kWideTileMinRows): 64 halves
-//     the decode and B traffic per row once experts hold 32 rows or more (32-row tiles then take
-//     two per expert, two decodes and two weight reads for the MMA rows of one 64-row tile: at
-//     T 2048, 40 rows per expert, 64 is a third faster); below that a 64-row tile is mostly
-//     padding and doubles the MMAs of the decode-bound small-T regime.
+//     46 KB of shared memory (sized for M = 64), so two blocks (16 warps) share a V100 SM.
+//   - M tile 64 or 32, per tile: an expert's rows go in 64-row tiles, and a last tile of at most
+//     32 rows takes the 32-row kernel path. 64 halves the decode and B traffic per row; a 32-row
+//     remainder in a 64-row tile would double its MMAs (at T 8192, 160 rows per expert, half the
+//     experts end in one; 2-3% of the op). Picking one M per pass instead, 32-row tiles read and
+//     decoded the weights of an expert with 40 rows (T 2048) twice.
 //   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in
 //     flight during this tile's MMAs; a second shared buffer would cost the second block per SM.
 constexpr int kThreads = 256;  // 8 warps: 2 along M x 4 along N
@@ -58,9 +58,8 @@ constexpr int kTileN = 256;
 constexpr int kTileK = 64;
 constexpr int kWideTileM = 64;
 constexpr int kNarrowTileM = 32;
-constexpr int kWideTileMinRows = 32;  // mean routed rows per expert that selects kWideTileM
-constexpr int kFrag = 16;             // WMMA m16n16k16
-constexpr int kLd = kTileK + 8;       // halves per shared row: the pad staggers rows over banks
+constexpr int kFrag = 16;        // WMMA m16n16k16
+constexpr int kLd = kTileK + 8;  // halves per shared row: the pad staggers rows over banks
 constexpr int kWarpN = kTileN / kWarpsN;
 constexpr int kFragsN = kWarpN / kFrag;
 static_assert(kWarpsM * kWarpsN * 32 == kThreads, "warp grid");
@@ -158,18 +157,17 @@ struct Pass {
   int32_t tokens;       // tokens in it
   int32_t pairs;        // tokens x top-k: (token, slot) pairs, pass-local index t * k + j
   int32_t sort_blocks;  // ceil(pairs / kSortPairs)
-  int32_t tile_m;       // kWideTileM or kNarrowTileM
-  int32_t max_tiles;    // bound of the M tiles: pairs / tile_m + min(E, pairs)
+  int32_t max_tiles;    // bound of the M tiles: pairs / kWideTileM + min(E, pairs)
 };
 
 // Workspace of one pass (sized for the largest); pieces 256-byte aligned.
 struct Workspace {
   int32_t *block_counts;   // [sort_blocks, E]: counts, then their exclusive prefix per expert
   int32_t *expert_offset;  // [E]: first position of the expert's pairs in `sorted`
-  int4 *tiles;             // [max_tiles]: (expert, first sorted position, rows, 0); expert -1: none
-  int32_t *sorted;         // [pairs]: pair indices grouped by expert, ascending within one
-  uint16_t *act;           // [pairs, I] fp16: silu(gate) * up, by sorted position
-  __half *partial;         // [pairs, H] fp16: router weight x expert output, by pair index
+  int4 *tiles;      // [max_tiles]: (expert, first sorted position, rows, M tile); expert -1: none
+  int32_t *sorted;  // [pairs]: pair indices grouped by expert, ascending within one
+  uint16_t *act;    // [pairs, I] fp16: silu(gate) * up, by sorted position
+  __half *partial;  // [pairs, H] fp16: router weight x expert output, by pair index
 };
 
 Workspace carve_workspace(void *base, const Params &p, int32_t capacity_tokens);

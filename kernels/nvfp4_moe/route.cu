@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kScanThreads)
   }
   int total = 0, total_tiles = 0;
   const int offset = block_exclusive_scan<kScanThreads>(count, s.scratch, &total);
-  const int tiles = (count + pass.tile_m - 1) / pass.tile_m;
+  const int tiles = (count + kWideTileM - 1) / kWideTileM;
   const int tile_start = block_exclusive_scan<kScanThreads>(tiles, s.scratch, &total_tiles);
   if (e < p.experts) {
     s.tile_start[e] = tile_start;
@@ -108,8 +108,10 @@ __global__ void __launch_bounds__(kScanThreads)
       // The last expert whose first tile is at or before `tile` owns it: experts without rows
       // share their start with the next expert that has some.
       const int owner = last_at_most(s.tile_start, p.experts, tile);
-      const int row0 = (tile - s.tile_start[owner]) * pass.tile_m;
-      entry = make_int4(owner, s.offset[owner] + row0, min(pass.tile_m, s.count[owner] - row0), 0);
+      const int row0 = (tile - s.tile_start[owner]) * kWideTileM;
+      const int rows = min(kWideTileM, s.count[owner] - row0);
+      entry = make_int4(owner, s.offset[owner] + row0, rows,
+                        rows <= kNarrowTileM ? kNarrowTileM : kWideTileM);
     }
     w.tiles[tile] = entry;
   }
