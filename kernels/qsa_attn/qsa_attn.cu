@@ -584,6 +584,7 @@ int32_t launch(const Params &p, cudaStream_t stream) {
 //   MF 2, 64-token chunks, K and V taking turns        1.24/7.15/33.8    1.76/10.3/48.9
 //   MF 1, 64-token chunks, K and V taking turns        1.33/7.25/32.9
 //   MF 2, 64-token chunks, vector softmax (this one)   1.03/5.97/28.2    1.39/8.19/39.0
+//   MF 1, the same                                     1.13/6.19/27.9    1.57/8.61/39.1
 // 32 MMA rows (MF 2) wherever G fills them: a 16-row tile reuses each gathered token for more
 // rows but its union grows with the context; at 32-token chunks it won only short prompts on a
 // V100 and lost at 128K, and at 64 its Q and P no longer fit beside the chunk in 96 KB.
