@@ -57,6 +57,17 @@ def cuda_torch(torch):
 
 
 @pytest.fixture(scope="session")
+def no_cuda_gpu():
+    """For tests of what the CLIs say without a GPU: skips where torch sees one."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the command would run")
+
+
+@pytest.fixture(scope="session")
 def run_module():
     """run(*args, env=None): `python -m sm70ops ARGS` in a subprocess -> (exit code, output)."""
 

@@ -31,14 +31,7 @@ def test_demo_usage_errors_exit_64(run_module, args):
     assert code == 64, output
 
 
-def test_demo_without_a_gpu_exits_2(run_module, library):
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            pytest.skip("a CUDA GPU is here: the demo would run")
-    except ImportError:
-        pass
+def test_demo_without_a_gpu_exits_2(run_module, library, no_cuda_gpu):
     for args in (["demo"], ["bench", "nvfp4_moe"]):
         code, output = run_module(*args, "--library", library)
         assert code == 2 and "needs a CUDA GPU" in output, output
