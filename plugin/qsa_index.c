@@ -124,12 +124,12 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
 /* The scorer reads keys as WMMA fragments straight from the cache: 32-byte aligned pages and
  * tokens. Any other view is valid but takes the host's path. */
 static int32_t keys_aligned(const DLTensor *k, sm70_plan *plan) {
-  const int64_t elems = 16; /* 32 bytes of fp16 */
-  if (sm70_tensor_address(k) % 32 != 0 || k->strides[0] % elems != 0 ||
+  const int64_t elems = 8; /* 16 bytes of fp16 */
+  if (sm70_tensor_address(k) % 16 != 0 || k->strides[0] % elems != 0 ||
       k->strides[1] % elems != 0) {
     return sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
-                        "k_index base or page/token stride not 32-byte aligned: the scorer "
-                        "reads keys as tensor-core fragments in place");
+                        "k_index base or page/token stride not 16-byte aligned: the scorer "
+                        "reads keys in place in 16-byte pieces");
   }
   return 1;
 }

@@ -40,6 +40,7 @@ struct Case {
   bool repeated_keys = false;      // a few distinct keys repeated: exact ties everywhere
   int chunk_rows = 0;              // > 0: cap the workspace to chunks of this many rows
   bool sampled_keys_loud = false;  // sampled positions get 4x keys: the threshold misjudges
+  int k_token_pad = 0;             // extra halves (NaN) between key rows: a strided k_index view
 };
 
 // gtest prints a failing case by its name.
@@ -161,7 +162,13 @@ class IndexRun {
     for (int64_t t = 0; t < T_; ++t) {
       std::copy_n(&in.q[t * kHeads * kDim], kHeads * kDim, &q_host[q_offset_halves + t * q_row]);
     }
-    q_ = Uploaded(q_host), w_ = Uploaded(in.w), k_ = Uploaded(in.k);
+    // k_index with k_token_pad NaN halves after each key row.
+    const int64_t k_row = kDim + c.k_token_pad, k_rows = int64_t(in.num_pages) * kPage;
+    std::vector<uint16_t> k_host(k_rows * k_row, 0x7e00);
+    for (int64_t j = 0; j < k_rows; ++j) {
+      std::copy_n(&in.k[j * kDim], kDim, &k_host[j * k_row]);
+    }
+    q_ = Uploaded(q_host), w_ = Uploaded(in.w), k_ = Uploaded(k_host);
     qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
     table_ = Uploaded(in.meta.block_table);
     topk_ = DeviceBuffer(T_ * K_ * 4), blocks_ = DeviceBuffer(T_ * nb_ * 4);
@@ -169,7 +176,7 @@ class IndexRun {
     Add(q_.data(), kF16, {T_, kHeads, kDim}, {q_row, kDim, 1}, &args_.q, q_offset_halves * 2);
     Add(w_.data(), kF32, {T_, kHeads}, DenseStrides({T_, kHeads}), &args_.weights);
     const std::vector<int64_t> k_shape = {in.num_pages, kPage, kDim};
-    Add(k_.data(), kF16, k_shape, DenseStrides(k_shape), &args_.k_index);
+    Add(k_.data(), kF16, k_shape, {kPage * k_row, k_row, 1}, &args_.k_index);
     Add(qsl_.data(), kI32, {R + 1}, {1}, &args_.query_start_loc);
     Add(lens_.data(), kI32, {R}, {1}, &args_.seq_lens);
     Add(table_.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1}, &args_.block_table);
@@ -388,7 +395,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"batch4_strided_q", {{17, 300}, {40, 5000}, {1, 1}, {70, 2100}}, 1024, 64},
         Case{"repeated_keys_ties", {{20, 3000}}, 512, 0, true},
         Case{"chunked_rows", {{100, 4097}, {19, 999}}, 2048, 8, false, 16},
-        Case{"rescue_misjudged_rows", {{6, 20000}}, 512, 0, false, 0, true}),
+        Case{"rescue_misjudged_rows", {{6, 20000}}, 512, 0, false, 0, true},
+        Case{"strided_keys_16_byte_rows", {{21, 3000}, {4, 700}}, 512, 0, false, 0, false, 8}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace
