@@ -1,6 +1,7 @@
-// The grouped W4A16 GEMMs on tensor cores. One block = one M tile (64 or 32 rows, as the entry
-// says) of one expert's sorted pairs (blockIdx.y indexes the tile table of route.cu; entries past
-// the last tile exit) x one N tile of 256 weight rows (blockIdx.x). Per K step of 64:
+// The grouped W4A16 GEMMs on tensor cores. One block = one M tile (128, 64 or 32 rows, as the
+// entry says) of one expert's sorted pairs (blockIdx.y indexes one of route.cu's two tile
+// tables; entries past its last tile exit) x one N tile of 256 weight rows (blockIdx.x). Per K
+// step of 64:
 //   - A: the tile's rows, gathered x rows (gate/up) or contiguous activation rows (down), fp16;
 //   - B: the weight tile's FP4 payload and e4m3 scales, decoded to fp16 into shared memory;
 //   - 4 WMMA k-steps per warp on a (M/2) x 64 warp tile, fp32 accumulation.
@@ -27,6 +28,11 @@ namespace wmma = nvcuda::wmma;
 
 constexpr float kDecodeScale = 128.0f;  // 2^7: what the decoded fp16 weights leave out
 constexpr float kHalfMax = 65504.0f;    // the largest finite fp16
+// Big tiles get their own kernel only where the K loop is long; at TP4's down GEMM (K 128, two
+// steps) a lone block per SM cannot hide its prologue and epilogue behind another block's MMAs,
+// so the small-tile kernel takes them, as a 64-row tile and the rest in two blocks (H200, T 8192:
+// 3% faster).
+constexpr int kBigTileMinKTiles = 8;
 
 // ---- FP4 decode
 
@@ -97,27 +103,30 @@ using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::
 using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major>;
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
-// One layout for both M tiles (sized for the wide one): a block picks its path per tile.
+// The shared memory of a kernel whose tiles have at most kRows rows (the small-tile kernel's
+// layout is sized for the wide tile: a block picks its path per tile).
+template <int kRows>
 struct GemmSmem {
-  static constexpr int kTileBytes = (kWideTileM + kTileN) * kLd * 2;
+  static constexpr int kTileBytes = (kRows + kTileN) * kLd * 2;
   static constexpr int kStageBytes = kWarpsM * kWarpsN * kFrag * kFrag * 4;
   // The A and B tiles during the main loop, each warp's epilogue fragment after it.
   alignas(32) unsigned char buf[kTileBytes > kStageBytes ? kTileBytes : kStageBytes];
-  int4 tile;                    // the tile table entry, kept here for the epilogue
-  int32_t row_ref[kWideTileM];  // gate/up: the row's token; down: its pair; -1 past the rows
-  float row_scale[kWideTileM];  // down: router weight x scale_2 x 2^7
+  int4 tile;               // the tile table entry, kept here for the epilogue
+  int32_t row_ref[kRows];  // gate/up: the row's token; down: its pair; -1 past the rows
+  float row_scale[kRows];  // down: router weight x scale_2 x 2^7
 
   __device__ __half *a(int row, int col) {
     return reinterpret_cast<__half *>(buf) + row * kLd + col;
   }
   __device__ __half *b(int row, int col) {
-    return reinterpret_cast<__half *>(buf) + (kWideTileM + row) * kLd + col;
+    return reinterpret_cast<__half *>(buf) + (kRows + row) * kLd + col;
   }
   __device__ float *stage(int warp) {
     return reinterpret_cast<float *>(buf) + warp * kFrag * kFrag;
   }
 };
-static_assert(sizeof(GemmSmem) <= 48 * 1024, "static shared memory, two blocks/SM");
+static_assert(2 * sizeof(GemmSmem<kWideTileM>) <= 96 * 1024, "two small-tile blocks per V100 SM");
+static_assert(sizeof(GemmSmem<kBigTileM>) <= 96 * 1024, "one big-tile block per V100 SM");
 
 // ---- Main loop
 
@@ -176,9 +185,9 @@ __device__ __forceinline__ int a_col(int i) { return (threadIdx.x + i * kThreads
 __device__ __forceinline__ int b_row(int q) { return threadIdx.x / 2 + q * (kTileN / 2); }
 __device__ __forceinline__ int b_half() { return threadIdx.x & 1; }
 
-template <Gemm kKind, int kTileM>
+template <Gemm kKind, int kTileM, class Smem>
 __device__ Loader<kKind, kTileM> make_loader(const Params &p, const Workspace &w, const Operand &b,
-                                             const int4 &tile, GemmSmem &s) {
+                                             const int4 &tile, Smem &s) {
   using C = Config<kKind, kTileM>;
   Loader<kKind, kTileM> l;
 #pragma unroll
@@ -200,8 +209,8 @@ __device__ Loader<kKind, kTileM> make_loader(const Params &p, const Workspace &w
   return l;
 }
 
-template <Gemm kKind, int kTileM>
-__device__ void store_stage(const Staged<Config<kKind, kTileM>::kAChunks> &st, GemmSmem &s) {
+template <Gemm kKind, int kTileM, class Smem>
+__device__ void store_stage(const Staged<Config<kKind, kTileM>::kAChunks> &st, Smem &s) {
 #pragma unroll
   for (int i = 0; i < Config<kKind, kTileM>::kAChunks; ++i) {
     *reinterpret_cast<uint4 *>(s.a(a_row(i), a_col(i))) = st.a[i];
@@ -220,8 +229,8 @@ __device__ __forceinline__ int b_frag_row(int wn, int f) {
   return wn * kWarpN + f * kFrag;
 }
 
-template <Gemm kKind, int kTileM>
-__device__ void mma_tile(GemmSmem &s, Acc (&acc)[Config<kKind, kTileM>::kFragsM][kFragsN]) {
+template <Gemm kKind, int kTileM, class Smem>
+__device__ void mma_tile(Smem &s, Acc (&acc)[Config<kKind, kTileM>::kFragsM][kFragsN]) {
   using C = Config<kKind, kTileM>;
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
 #pragma unroll 1
@@ -247,9 +256,9 @@ __device__ void mma_tile(GemmSmem &s, Acc (&acc)[Config<kKind, kTileM>::kFragsM]
 __device__ __forceinline__ int stage_row() { return (threadIdx.x & 31) / 2; }
 __device__ __forceinline__ int stage_col() { return (threadIdx.x & 1) * 8; }
 
-template <int kFragsM>
+template <int kFragsM, class Smem>
 __device__ void store_activation(const Params &p, const Workspace &w, const Operand &b,
-                                 const int4 &tile, GemmSmem &s, Acc (&acc)[kFragsM][kFragsN]) {
+                                 const int4 &tile, Smem &s, Acc (&acc)[kFragsM][kFragsN]) {
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   const float gate_scale = b.scale_2[(int64_t)tile.x * b.scale_2_stride] * kDecodeScale;
   const float up_scale = b.scale_2[(int64_t)tile.x * b.scale_2_stride + 1] * kDecodeScale;
@@ -284,8 +293,8 @@ __device__ void store_activation(const Params &p, const Workspace &w, const Oper
   }
 }
 
-template <int kFragsM>
-__device__ void store_partials(const Params &p, const Workspace &w, const int4 &tile, GemmSmem &s,
+template <int kFragsM, class Smem>
+__device__ void store_partials(const Params &p, const Workspace &w, const int4 &tile, Smem &s,
                                Acc (&acc)[kFragsM][kFragsN]) {
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   float *stage = s.stage(warp);
@@ -313,9 +322,9 @@ __device__ void store_partials(const Params &p, const Workspace &w, const int4 &
 }
 
 // Prologue: what each row of the tile refers to (token, or pair and its router weight).
-template <Gemm kKind, int kTileM>
+template <Gemm kKind, int kTileM, class Smem>
 __device__ void load_rows(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
-                          const int4 &tile, GemmSmem &s) {
+                          const int4 &tile, Smem &s) {
   const int row = threadIdx.x;
   if (row == 0) s.tile = tile;
   if (row >= kTileM) return;
@@ -335,9 +344,9 @@ __device__ void load_rows(const Params &p, const Pass &pass, const Workspace &w,
 }
 
 // One M tile of kTileM rows (the tile table says which) x one N tile.
-template <Gemm kKind, int kTileM>
+template <Gemm kKind, int kTileM, class Smem>
 __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
-                          const int4 &tile, GemmSmem &s) {
+                          const int4 &tile, Smem &s) {
   using C = Config<kKind, kTileM>;
   load_rows<kKind, kTileM>(p, pass, w, b, tile, s);
   __syncthreads();
@@ -370,12 +379,29 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
   }
 }
 
-template <Gemm kKind>
-__global__ void __launch_bounds__(kThreads, 2)
-    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b) {
-  __shared__ GemmSmem s;
-  const int4 tile = w.tiles[blockIdx.y];
-  if (tile.x < 0) return;  // past the last tile of this pass
+// The tiles of one table: kRows = kBigTileM (128-row tiles: 16 accumulators a warp, one block
+// per SM) or kWideTileM (64- and 32-row tiles, two blocks per SM).
+template <Gemm kKind, int kRows>
+__global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
+    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b,
+                        int32_t table) {
+  extern __shared__ __align__(32) unsigned char smem[];
+  GemmSmem<kRows> &s = *reinterpret_cast<GemmSmem<kRows> *>(smem);
+  int4 tile = w.tiles[table + blockIdx.y];
+  if (tile.x < 0) return;  // past the last tile of this table
+  if constexpr (kRows == kBigTileM) {
+    gemm_tile<kKind, kBigTileM>(p, pass, w, b, tile, s);
+    return;
+  }
+  // Short K (see launch_gemm): big tiles come here too, as a 64-row tile (blockIdx.z 0) and the
+  // rest (blockIdx.z 1).
+  if (tile.w == kBigTileM) {
+    tile.y += blockIdx.z * kWideTileM;
+    tile.z = blockIdx.z == 0 ? kWideTileM : tile.z - kWideTileM;
+    tile.w = tile.z <= kNarrowTileM ? kNarrowTileM : kWideTileM;
+  } else if (blockIdx.z > 0) {
+    return;
+  }
   if (tile.w == kNarrowTileM) {
     gemm_tile<kKind, kNarrowTileM>(p, pass, w, b, tile, s);
   } else {
@@ -383,13 +409,28 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// Tiles table .. table + tiles - 1, `parts` blocks each along z (2: big tiles split in two).
+template <Gemm kKind, int kRows>
+void launch_table(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                  int32_t table, int32_t tiles, int parts, cudaStream_t stream) {
+  if (tiles == 0) return;
+  auto kernel = nvfp4_moe_gemm_wmma<kKind, kRows>;
+  constexpr int kBytes = sizeof(GemmSmem<kRows>);
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  // Two small-tile blocks (46 KB each) per SM need the largest shared-memory carveout.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  kernel<<<dim3(b.n_tiles, tiles, parts), kThreads, kBytes, stream>>>(p, pass, w, b, table);
+}
+
 template <Gemm kKind>
 void launch_gemm(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
                  cudaStream_t stream) {
-  auto kernel = nvfp4_moe_gemm_wmma<kKind>;
-  // Two blocks of 46 KB per SM need the largest shared-memory carveout.
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  kernel<<<dim3(b.n_tiles, pass.max_tiles), kThreads, 0, stream>>>(p, pass, w, b);
+  if (b.k_tiles >= kBigTileMinKTiles) {
+    launch_table<kKind, kBigTileM>(p, pass, w, b, 0, pass.big_tiles, 1, stream);
+    launch_table<kKind, kWideTileM>(p, pass, w, b, pass.big_tiles, pass.small_tiles, 1, stream);
+  } else {
+    launch_table<kKind, kWideTileM>(p, pass, w, b, 0, pass.big_tiles + pass.small_tiles, 2, stream);
+  }
 }
 
 }  // namespace

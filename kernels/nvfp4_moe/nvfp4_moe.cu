@@ -42,8 +42,10 @@ uint64_t align256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int32_t pass_tokens(int32_t tokens) { return tokens < kChunkTokens ? tokens : kChunkTokens; }
 
-int32_t max_tiles(int32_t pairs, int32_t experts) {
-  return pairs / kWideTileM + (experts < pairs ? experts : pairs);
+int32_t big_tiles(int32_t pairs) { return pairs / (kWideTileM + 1); }
+int32_t small_tiles(int32_t pairs, int32_t experts) { return experts < pairs ? experts : pairs; }
+int32_t tile_table_size(int32_t pairs, int32_t experts) {
+  return big_tiles(pairs) + small_tiles(pairs, experts);
 }
 
 Pass make_pass(const Params &p, int32_t token0) {
@@ -52,7 +54,8 @@ Pass make_pass(const Params &p, int32_t token0) {
   pass.tokens = pass_tokens(p.tokens - token0);
   pass.pairs = pass.tokens * p.topk;
   pass.sort_blocks = (pass.pairs + kSortPairs - 1) / kSortPairs;
-  pass.max_tiles = max_tiles(pass.pairs, p.experts);
+  pass.big_tiles = big_tiles(pass.pairs);
+  pass.small_tiles = small_tiles(pass.pairs, p.experts);
   return pass;
 }
 
@@ -78,12 +81,12 @@ Operand down_operand(const sm70_nvfp4_moe_weights &w, const uint8_t *prepared, i
                     hidden, inter);
 }
 
-// Pieces in carve order; the tile table is sized for the narrow tile, the larger count.
+// Pieces in carve order.
 uint64_t workspace_bytes(const Params &p, int32_t capacity_tokens) {
   const uint64_t pairs = (uint64_t)capacity_tokens * p.topk, e = p.experts;
   const uint64_t sort_blocks = (pairs + kSortPairs - 1) / kSortPairs;
   return align256(sort_blocks * e * 4) + align256(e * 4) +
-         align256((uint64_t)max_tiles((int32_t)pairs, p.experts) * sizeof(int4)) +
+         align256((uint64_t)tile_table_size((int32_t)pairs, p.experts) * sizeof(int4)) +
          align256(pairs * 4) + align256(pairs * p.inter * 2) +
          align256(pairs * p.hidden * sizeof(__half));
 }
@@ -100,8 +103,8 @@ Workspace carve_workspace(void *base, const Params &p, int32_t capacity_tokens) 
   Workspace w;
   w.block_counts = reinterpret_cast<int32_t *>(take(sort_blocks * e * 4));
   w.expert_offset = reinterpret_cast<int32_t *>(take(e * 4));
-  w.tiles =
-      reinterpret_cast<int4 *>(take((uint64_t)max_tiles((int32_t)pairs, p.experts) * sizeof(int4)));
+  w.tiles = reinterpret_cast<int4 *>(
+      take((uint64_t)tile_table_size((int32_t)pairs, p.experts) * sizeof(int4)));
   w.sorted = reinterpret_cast<int32_t *>(take(pairs * 4));
   w.act = reinterpret_cast<uint16_t *>(take(pairs * p.inter * 2));
   w.partial = reinterpret_cast<__half *>(take(pairs * p.hidden * sizeof(__half)));

@@ -2,7 +2,8 @@
 // deterministic order (ascending pair index within an expert):
 //   count    each sort block histograms its 4096 pairs per warp (match-any ranks, no atomics);
 //   scan     one block: per expert, the exclusive prefix of the blocks' counts; the experts'
-//            offsets; the M tiles of every expert and a tile table the GEMMs index by blockIdx.y;
+//            offsets; the M tiles of every expert in two tables (big, then small tiles), which
+//            the GEMMs index by blockIdx.y;
 //   scatter  each sort block ranks its pairs again and writes them to their sorted positions.
 // Ids outside [0, E) are dropped here: they reach no GEMM, and the combine skips them. Checked
 // mode records the first one (count pass).
@@ -72,11 +73,36 @@ __global__ void __launch_bounds__(kSortWarps * 32)
 }
 
 struct ScanSmem {
-  int32_t tile_start[kMaxExperts];
+  int32_t big_start[kMaxExperts];    // the expert's first big tile
+  int32_t small_start[kMaxExperts];  // the expert's small tile, if it has one
   int32_t offset[kMaxExperts];
   int32_t count[kMaxExperts];
   int32_t scratch[kScanThreads / 32 + 1];
 };
+
+// An expert's rows in M tiles: 128-row (big) tiles while more than 64 rows remain, then at most
+// one small tile of 64 or 32 rows for the last 64 or fewer.
+__device__ __forceinline__ int big_tiles(int count) {
+  return count / kBigTileM + (count % kBigTileM > kWideTileM ? 1 : 0);
+}
+
+__device__ __forceinline__ int small_rows(int count) {
+  const int rest = count % kBigTileM;
+  return rest > kWideTileM ? 0 : rest;
+}
+
+// Entry `tile` of a table of `n` tiles whose experts start at `start` (experts without tiles
+// share their start with the next expert that has some: the last one at or before `tile` owns it).
+__device__ int4 tile_entry(const ScanSmem &s, const int32_t *start, int experts, int tile,
+                           int total, bool big) {
+  if (tile >= total) return make_int4(-1, 0, 0, 0);
+  const int owner = last_at_most(start, experts, tile);
+  const int count = s.count[owner];
+  const int row0 = big ? (tile - start[owner]) * kBigTileM : count - small_rows(count);
+  const int rows = big ? min(kBigTileM, count - row0) : small_rows(count);
+  const int tile_m = big ? kBigTileM : rows <= kNarrowTileM ? kNarrowTileM : kWideTileM;
+  return make_int4(owner, s.offset[owner] + row0, rows, tile_m);
+}
 
 __global__ void __launch_bounds__(kScanThreads)
     nvfp4_moe_route_scan(const Params p, const Pass pass, const Workspace w) {
@@ -91,29 +117,25 @@ __global__ void __launch_bounds__(kScanThreads)
       count += c;
     }
   }
-  int total = 0, total_tiles = 0;
+  int total = 0, total_big = 0, total_small = 0;
   const int offset = block_exclusive_scan<kScanThreads>(count, s.scratch, &total);
-  const int tiles = (count + kWideTileM - 1) / kWideTileM;
-  const int tile_start = block_exclusive_scan<kScanThreads>(tiles, s.scratch, &total_tiles);
+  const int big_start = block_exclusive_scan<kScanThreads>(big_tiles(count), s.scratch, &total_big);
+  const int small_start =
+      block_exclusive_scan<kScanThreads>(small_rows(count) > 0, s.scratch, &total_small);
   if (e < p.experts) {
-    s.tile_start[e] = tile_start;
+    s.big_start[e] = big_start;
+    s.small_start[e] = small_start;
     s.offset[e] = offset;
     s.count[e] = count;
     w.expert_offset[e] = offset;
   }
   __syncthreads();
-  for (int tile = threadIdx.x; tile < pass.max_tiles; tile += blockDim.x) {
-    int4 entry = make_int4(-1, 0, 0, 0);
-    if (tile < total_tiles) {
-      // The last expert whose first tile is at or before `tile` owns it: experts without rows
-      // share their start with the next expert that has some.
-      const int owner = last_at_most(s.tile_start, p.experts, tile);
-      const int row0 = (tile - s.tile_start[owner]) * kWideTileM;
-      const int rows = min(kWideTileM, s.count[owner] - row0);
-      entry = make_int4(owner, s.offset[owner] + row0, rows,
-                        rows <= kNarrowTileM ? kNarrowTileM : kWideTileM);
-    }
-    w.tiles[tile] = entry;
+  for (int tile = threadIdx.x; tile < pass.big_tiles; tile += blockDim.x) {
+    w.tiles[tile] = tile_entry(s, s.big_start, p.experts, tile, total_big, true);
+  }
+  for (int tile = threadIdx.x; tile < pass.small_tiles; tile += blockDim.x) {
+    w.tiles[pass.big_tiles + tile] =
+        tile_entry(s, s.small_start, p.experts, tile, total_small, false);
   }
 }
 
