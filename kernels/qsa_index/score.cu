@@ -109,13 +109,16 @@ __device__ const __half *key_group(const Params &p, int r, int row, int key0) {
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 static_assert(Acc::num_elements == kAccElements, "accumulator elements per lane");
 
-// Piece i of this lane in a slice: its key, and its 8 dimensions' first within the slice.
+// Piece i of this lane in a slice: its key, and its 8 dimensions' first within the slice. Load i
+// takes keys 8i .. 8i+7; the 8 lanes of a quarter warp (one shared-memory wavefront of a 16-byte
+// store) take keys q and q + 4, whose rows' 64 bytes fall in opposite halves of the banks (rows
+// are 80 bytes apart): consecutive keys there would be a two-way conflict.
+static_assert(kLanesPerKey == 4 && kKeyLd * 2 == 80, "piece layout for 32-dimension slices");
 __device__ __forceinline__ int piece_key(int i) {
-  return (threadIdx.x % 32 + 32 * i) / kLanesPerKey;
+  const int lane = threadIdx.x % 32;
+  return 8 * i + lane / 8 + 4 * (lane % 8 / 4);
 }
-__device__ __forceinline__ int piece_dim(int i) {
-  return (threadIdx.x % 32 + 32 * i) % kLanesPerKey * 8;
-}
+__device__ __forceinline__ int piece_dim(int) { return threadIdx.x % 4 * 8; }
 
 // This lane's pieces of dimensions d0 .. d0 + kStageDims - 1 of the warp's 32 keys.
 __device__ __forceinline__ void load_slice(const __half *keys, int64_t ld, int d0,
