@@ -81,7 +81,8 @@ struct ScanSmem {
 };
 
 // An expert's rows in M tiles: 128-row (big) tiles while more than 64 rows remain, then at most
-// one small tile of 64 or 32 rows for the last 64 or fewer.
+// one small tile of 64 or 32 rows for the last 64 or fewer. A big tile thus always has more than
+// 64 rows, which the GEMMs' split of big tiles at short K relies on.
 __device__ __forceinline__ int big_tiles(int count) {
   return count / kBigTileM + (count % kBigTileM > kWideTileM ? 1 : 0);
 }
