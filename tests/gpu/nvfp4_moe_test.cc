@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -29,10 +30,17 @@ namespace {
 using sm70ops::ref::Nvfp4MoeWeights;
 
 enum class Routing {
-  kUniform,  // distinct experts per token, uniformly drawn
-  kSkewed,   // expert 0 takes slot 0 of every even token; the last third of experts get nothing
-  kInvalid,  // skewed, and about one slot in seven holds an id outside [0, E)
+  kUniform,    // distinct experts per token, uniformly drawn
+  kSkewed,     // expert 0 takes slot 0 of every even token; the last third of experts get nothing
+  kInvalid,    // skewed, and about one slot in seven holds an id outside [0, E)
+  kTileEdges,  // slot j's expert j * 18 + i takes exactly kTileEdgeCounts[i] tokens
 };
+
+// Rows per expert at and around the GEMMs' M tiles (32, 64, 128, and a big tile plus a small
+// one), and a few between; 2070 tokens in all.
+constexpr int kTileEdgeCounts[] = {1,   32,  33,  48,  49,  63,  64,  65,  96,
+                                   127, 128, 129, 160, 177, 192, 193, 256, 257};
+constexpr int kTileEdgeExperts = int(std::size(kTileEdgeCounts));
 
 struct Case {
   std::string name;
@@ -132,21 +140,51 @@ Nvfp4MoeWeights QuantizedFloats(const Case &c, std::mt19937 &rng) {
   return sm70ops::ref::nvfp4_quantize_moe(w13, w2, c.experts, c.hidden, c.inter);
 }
 
+// Router weights of one token: softmax of normal logits.
+std::vector<float> RouterWeights(int topk, std::mt19937 &rng) {
+  std::normal_distribution<float> logit(0.f, 1.f);
+  std::vector<float> w(topk);
+  float sum = 0;
+  for (float &v : w) sum += (v = std::exp(logit(rng)));
+  for (float &v : w) v /= sum;
+  return w;
+}
+
+// Slot j of every token from its own group of kTileEdgeExperts experts, each taking exactly its
+// count of tokens in a shuffled order.
+void RouteTileEdges(const Case &c, std::mt19937 &rng, Inputs &in) {
+  std::vector<std::vector<int32_t>> slots(c.topk);
+  for (int j = 0; j < c.topk; ++j) {
+    for (int i = 0; i < kTileEdgeExperts; ++i) {
+      slots[j].insert(slots[j].end(), kTileEdgeCounts[i], j * kTileEdgeExperts + i);
+    }
+    std::shuffle(slots[j].begin(), slots[j].end(), rng);
+    ASSERT_EQ(int(slots[j].size()), c.tokens) << "tokens must be the sum of kTileEdgeCounts";
+  }
+  for (int t = 0; t < c.tokens; ++t) {
+    const std::vector<float> w = RouterWeights(c.topk, rng);
+    for (int j = 0; j < c.topk; ++j) {
+      in.ids.push_back(slots[j][t]);
+      in.weights.push_back(w[j]);
+      in.ref_ids.push_back(slots[j][t]);
+      in.ref_weights.push_back(w[j]);
+    }
+  }
+}
+
 // Distinct experts per token drawn from [first, last), slot 0 of even tokens pinned to expert 0
 // when skewed.
 void Route(const Case &c, std::mt19937 &rng, Inputs &in) {
+  if (c.routing == Routing::kTileEdges) return RouteTileEdges(c, rng, in);
   const bool skewed = c.routing != Routing::kUniform;
   const int last = skewed ? std::max(c.topk + 1, c.experts * 2 / 3) : c.experts;
   std::vector<int32_t> pool(last);
   std::iota(pool.begin(), pool.end(), 0);
-  std::normal_distribution<float> logit(0.f, 1.f);
   std::uniform_int_distribution<int> seventh(0, 6), bad(0, 2);
   for (int t = 0; t < c.tokens; ++t) {
     std::shuffle(pool.begin() + (skewed ? 1 : 0), pool.end(), rng);
     const bool pinned = skewed && t % 2 == 0;
-    std::vector<float> w(c.topk);
-    float sum = 0;
-    for (float &v : w) sum += (v = std::exp(logit(rng)));
+    const std::vector<float> w = RouterWeights(c.topk, rng);
     for (int j = 0; j < c.topk; ++j) {
       int32_t id = pinned ? pool[j] : pool[j + 1];  // pool[0] is expert 0 when skewed
       if (c.routing == Routing::kInvalid && seventh(rng) == 0) {
@@ -155,9 +193,9 @@ void Route(const Case &c, std::mt19937 &rng, Inputs &in) {
       }
       const bool valid = id >= 0 && id < c.experts;
       in.ids.push_back(id);
-      in.weights.push_back(w[j] / sum);
+      in.weights.push_back(w[j]);
       in.ref_ids.push_back(valid ? id : 0);
-      in.ref_weights.push_back(valid ? w[j] / sum : 0.f);
+      in.ref_weights.push_back(valid ? w[j] : 0.f);
     }
   }
 }
@@ -444,6 +482,10 @@ INSTANTIATE_TEST_SUITE_P(
         // Ids outside [0, E) contribute nothing; H and I not multiples of the 256/128-row N
         // tiles (partial weight tiles).
         Case{"invalid_ids_partial_tiles", 100, 8, 3, 192, 64, Routing::kInvalid, 8, 1},
+        // Experts with 1 .. 257 rows around the M tiles; a K of fewer than 8 steps (gate/up at
+        // H 256, down at I 128) splits 128-row tiles over two blocks, 8 or more runs them whole.
+        Case{"tile_edges_short_k_gate_up", 2070, 36, 2, 256, 512, Routing::kTileEdges},
+        Case{"tile_edges_short_k_down", 2070, 36, 2, 1024, 128, Routing::kTileEdges},
         // More tokens than one pass (16384): two passes over the weights.
         Case{"two_passes", 16484, 4, 2, 64, 64, Routing::kSkewed, 0, 0, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
