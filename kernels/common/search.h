@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SM70OPS_HOST_DEVICE __host__ __device__
-#else
-#define SM70OPS_HOST_DEVICE  // tests/common compiles this header for the host alone
-#endif
+#include "kernels/common/host_device.h"
 
 namespace sm70ops {
 

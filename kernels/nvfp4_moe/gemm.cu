@@ -399,10 +399,10 @@ __global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
   }
   // Short K (see launch_gemm): big tiles come here too, as a 64-row tile (blockIdx.z 0) and the
   // rest (blockIdx.z 1).
-  if (tile.w == kBigTileM) {  // more than kWideTileM rows (route.cu): both parts have some
+  if (tile.w == kBigTileM) {  // more than kWideTileM rows (tiling.h): both parts have some
     tile.y += blockIdx.z * kWideTileM;
     tile.z = blockIdx.z == 0 ? kWideTileM : tile.z - kWideTileM;
-    tile.w = tile.z <= kNarrowTileM ? kNarrowTileM : kWideTileM;
+    tile.w = small_tile_m(tile.z);
   } else if (blockIdx.z > 0) {
     return;
   }

@@ -42,10 +42,8 @@ uint64_t align256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int32_t pass_tokens(int32_t tokens) { return tokens < kChunkTokens ? tokens : kChunkTokens; }
 
-int32_t big_tiles(int32_t pairs) { return pairs / (kWideTileM + 1); }
-int32_t small_tiles(int32_t pairs, int32_t experts) { return experts < pairs ? experts : pairs; }
 int32_t tile_table_size(int32_t pairs, int32_t experts) {
-  return big_tiles(pairs) + small_tiles(pairs, experts);
+  return max_big_tiles(pairs) + max_small_tiles(pairs, experts);
 }
 
 Pass make_pass(const Params &p, int32_t token0) {
@@ -54,8 +52,8 @@ Pass make_pass(const Params &p, int32_t token0) {
   pass.tokens = pass_tokens(p.tokens - token0);
   pass.pairs = pass.tokens * p.topk;
   pass.sort_blocks = (pass.pairs + kSortPairs - 1) / kSortPairs;
-  pass.big_tiles = big_tiles(pass.pairs);
-  pass.small_tiles = small_tiles(pass.pairs, p.experts);
+  pass.big_tiles = max_big_tiles(pass.pairs);
+  pass.small_tiles = max_small_tiles(pass.pairs, p.experts);
   return pass;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/nvfp4_moe/nvfp4_moe.h"
+#include "kernels/nvfp4_moe/tiling.h"
 
 namespace sm70ops::nvfp4_moe {
 
@@ -44,10 +45,10 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //     warp's 4 B fragments per A fragment give 0.75 fragment loads per MMA from shared memory.
 //   - K tile 64: one 16-byte load per half row of the payload (32 k), two e4m3 scales with it;
 //     46 KB of shared memory (sized for M = 64), so two blocks (16 warps) share a V100 SM.
-//   - M tile 128, 64 or 32, per tile: an expert's rows go in 128-row (big) tiles while more than
-//     64 remain, the last 64 or fewer in one 64- or 32-row (small) tile. A big tile decodes each
-//     weight once per 128 rows and its warps hold 64 x 64 (16 accumulators: a third fewer
-//     fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM (230
+//   - M tile 128, 64 or 32, per tile (tiling.h): an expert's rows go in 128-row (big) tiles while
+//     more than 64 remain, the last 64 or fewer in one 64- or 32-row (small) tile. A big tile
+//     decodes each weight once per 128 rows and its warps hold 64 x 64 (16 accumulators: a third
+//     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM (230
 //     registers a thread on sm_70; H200, TP1, T 8192 / 32768: 2.49 -> 2.41 / 9.09 -> 8.76 ms
 //     against 64-row tiles only). Small tiles keep two blocks per SM; a 32-row remainder in a
 //     64-row tile would double its MMAs (at T 8192, 160 rows per expert, half the experts end in
@@ -59,9 +60,6 @@ constexpr int kWarpsM = 2;
 constexpr int kWarpsN = 4;
 constexpr int kTileN = 256;
 constexpr int kTileK = 64;
-constexpr int kBigTileM = 128;
-constexpr int kWideTileM = 64;
-constexpr int kNarrowTileM = 32;
 constexpr int kFrag = 16;        // WMMA m16n16k16
 constexpr int kLd = kTileK + 8;  // halves per shared row: the pad staggers rows over banks
 constexpr int kWarpN = kTileN / kWarpsN;
@@ -161,8 +159,8 @@ struct Pass {
   int32_t tokens;       // tokens in it
   int32_t pairs;        // tokens x top-k: (token, slot) pairs, pass-local index t * k + j
   int32_t sort_blocks;  // ceil(pairs / kSortPairs)
-  int32_t big_tiles;    // bound of the big tiles: pairs / (kWideTileM + 1) (each has more rows)
-  int32_t small_tiles;  // bound of the small tiles: min(E, pairs), at most one per expert
+  int32_t big_tiles;    // size of the big-tile table: max_big_tiles(pairs) (tiling.h)
+  int32_t small_tiles;  // size of the small-tile table: max_small_tiles(pairs, E)
 };
 
 // Workspace of one pass (sized for the largest); pieces 256-byte aligned.

@@ -80,20 +80,9 @@ struct ScanSmem {
   int32_t scratch[kScanThreads / 32 + 1];
 };
 
-// An expert's rows in M tiles: 128-row (big) tiles while more than 64 rows remain, then at most
-// one small tile of 64 or 32 rows for the last 64 or fewer. A big tile thus always has more than
-// 64 rows, which the GEMMs' split of big tiles at short K relies on.
-__device__ __forceinline__ int big_tiles(int count) {
-  return count / kBigTileM + (count % kBigTileM > kWideTileM ? 1 : 0);
-}
-
-__device__ __forceinline__ int small_rows(int count) {
-  const int rest = count % kBigTileM;
-  return rest > kWideTileM ? 0 : rest;
-}
-
-// Entry `tile` of a table of `n` tiles whose experts start at `start` (experts without tiles
-// share their start with the next expert that has some: the last one at or before `tile` owns it).
+// Entry `tile` of a table that holds `total` tiles and whose experts start at `start` (experts
+// without tiles share their start with the next expert that has some: the last one at or before
+// `tile` owns it); past `total`, an empty entry.
 __device__ int4 tile_entry(const ScanSmem &s, const int32_t *start, int experts, int tile,
                            int total, bool big) {
   if (tile >= total) return make_int4(-1, 0, 0, 0);
@@ -101,8 +90,7 @@ __device__ int4 tile_entry(const ScanSmem &s, const int32_t *start, int experts,
   const int count = s.count[owner];
   const int row0 = big ? (tile - start[owner]) * kBigTileM : count - small_rows(count);
   const int rows = big ? min(kBigTileM, count - row0) : small_rows(count);
-  const int tile_m = big ? kBigTileM : rows <= kNarrowTileM ? kNarrowTileM : kWideTileM;
-  return make_int4(owner, s.offset[owner] + row0, rows, tile_m);
+  return make_int4(owner, s.offset[owner] + row0, rows, big ? kBigTileM : small_tile_m(rows));
 }
 
 __global__ void __launch_bounds__(kScanThreads)

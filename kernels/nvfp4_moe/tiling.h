@@ -1,0 +1,39 @@
+// How the grouped GEMMs cut an expert's sorted rows into M tiles: route.cu builds the two tile
+// tables from it, gemm.cu runs them, nvfp4_moe.cu sizes them; tests/common checks it on the
+// host. Why these sizes: the tuning notes in nvfp4_moe_internal.cuh.
+#pragma once
+
+#include "kernels/common/host_device.h"
+
+namespace sm70ops::nvfp4_moe {
+
+constexpr int kBigTileM = 128;
+constexpr int kWideTileM = 64;
+constexpr int kNarrowTileM = 32;
+
+// 128-row (big) tiles while more than 64 rows remain, then at most one small tile for the last
+// 64 or fewer. A big tile therefore always holds more than 64 rows, which the GEMMs' split of big
+// tiles over two blocks (at short K) relies on.
+SM70OPS_HOST_DEVICE inline int big_tiles(int count) {
+  return count / kBigTileM + (count % kBigTileM > kWideTileM ? 1 : 0);
+}
+
+// Rows of the expert's small tile (0: none).
+SM70OPS_HOST_DEVICE inline int small_rows(int count) {
+  const int rest = count % kBigTileM;
+  return rest > kWideTileM ? 0 : rest;
+}
+
+// The M a tile of `rows` (at most 64) runs with.
+SM70OPS_HOST_DEVICE inline int small_tile_m(int rows) {
+  return rows <= kNarrowTileM ? kNarrowTileM : kWideTileM;
+}
+
+// Table sizes for `pairs` routed pairs over `experts` experts: big tiles hold at least
+// kWideTileM + 1 rows each, and an expert has at most one small tile.
+SM70OPS_HOST_DEVICE inline int max_big_tiles(int pairs) { return pairs / (kWideTileM + 1); }
+SM70OPS_HOST_DEVICE inline int max_small_tiles(int pairs, int experts) {
+  return experts < pairs ? experts : pairs;
+}
+
+}  // namespace sm70ops::nvfp4_moe

@@ -1,0 +1,77 @@
+// The MoE's M tiling (kernels/nvfp4_moe/tiling.h): hand-written counts around the tile sizes,
+// every count up to 5000 cut into tiles that cover it exactly (big tiles over 64 rows, the small
+// one at most 64), and the table sizes against random routings of up to 262144 pairs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "kernels/nvfp4_moe/tiling.h"
+
+namespace {
+
+using namespace sm70ops::nvfp4_moe;
+
+// Rows of each of the expert's tiles: big tiles in order, then the small one if any.
+std::vector<int> TileRows(int count) {
+  std::vector<int> rows;
+  for (int i = 0; i < big_tiles(count); ++i) rows.push_back(std::min(kBigTileM, count - i * 128));
+  if (small_rows(count) > 0) rows.push_back(small_rows(count));
+  return rows;
+}
+
+TEST(MoeTiling, HandWritten) {
+  EXPECT_EQ(TileRows(0), std::vector<int>{});
+  EXPECT_EQ(TileRows(1), std::vector<int>{1});
+  EXPECT_EQ(TileRows(64), std::vector<int>{64});
+  EXPECT_EQ(TileRows(65), std::vector<int>{65});  // one big tile, not 64 + 1
+  EXPECT_EQ(TileRows(128), std::vector<int>{128});
+  EXPECT_EQ(TileRows(129), (std::vector<int>{128, 1}));
+  EXPECT_EQ(TileRows(192), (std::vector<int>{128, 64}));
+  EXPECT_EQ(TileRows(193), (std::vector<int>{128, 65}));
+  EXPECT_EQ(TileRows(257), (std::vector<int>{128, 128, 1}));
+  EXPECT_EQ(small_tile_m(1), kNarrowTileM);
+  EXPECT_EQ(small_tile_m(32), kNarrowTileM);
+  EXPECT_EQ(small_tile_m(33), kWideTileM);
+  EXPECT_EQ(small_tile_m(64), kWideTileM);
+}
+
+TEST(MoeTiling, TilesCoverEveryCountExactly) {
+  for (int count = 0; count <= 5000; ++count) {
+    const std::vector<int> rows = TileRows(count);
+    int covered = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      covered += rows[i];
+      const bool small = small_rows(count) > 0 && i + 1 == rows.size();
+      if (small) {
+        EXPECT_GE(rows[i], 1) << count;
+        EXPECT_LE(rows[i], kWideTileM) << count;
+      } else {
+        EXPECT_GT(rows[i], kWideTileM) << count;  // the GEMMs' split of big tiles needs it
+        EXPECT_LE(rows[i], kBigTileM) << count;
+      }
+    }
+    EXPECT_EQ(covered, count);
+    EXPECT_LE(big_tiles(count), count / (kWideTileM + 1)) << count;
+  }
+}
+
+TEST(MoeTiling, TablesHoldRandomRoutings) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int experts = std::uniform_int_distribution<int>(1, 512)(rng);
+    const int pairs = std::uniform_int_distribution<int>(1, 262144)(rng);
+    // Skewed counts: each pair goes to a random expert among a random prefix of them.
+    const int used = std::uniform_int_distribution<int>(1, experts)(rng);
+    std::vector<int> counts(experts, 0);
+    std::uniform_int_distribution<int> pick(0, used - 1);
+    for (int i = 0; i < pairs; ++i) ++counts[pick(rng)];
+    int big = 0, small = 0;
+    for (int c : counts) big += big_tiles(c), small += small_rows(c) > 0;
+    EXPECT_LE(big, max_big_tiles(pairs)) << experts << " experts, " << pairs << " pairs";
+    EXPECT_LE(small, max_small_tiles(pairs, experts)) << experts << " experts, " << pairs;
+  }
+}
+
+}  // namespace
