@@ -121,19 +121,6 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
   return NULL;
 }
 
-/* The scorer reads keys as WMMA fragments straight from the cache: 32-byte aligned pages and
- * tokens. Any other view is valid but takes the host's path. */
-static int32_t keys_aligned(const DLTensor *k, sm70_plan *plan) {
-  const int64_t elems = 8; /* 16 bytes of fp16 */
-  if (sm70_tensor_address(k) % 16 != 0 || k->strides[0] % elems != 0 ||
-      k->strides[1] % elems != 0) {
-    return sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
-                        "k_index base or page/token stride not 16-byte aligned: the scorer "
-                        "reads keys in place in 16-byte pieces");
-  }
-  return 1;
-}
-
 /* A row selects at most min(K, its pages) pages; a narrower sel_blocks could overflow. */
 static int32_t selection_wide_enough(const sm70ops_qsa_index_args *a, sm70_plan *plan) {
   if (a->sel_blocks == NULL) return 1;
@@ -167,7 +154,7 @@ static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t
   const sm70ops_qsa_index_args *a = args;
   if (!check_inputs(ctx, a, need_data, plan) || !selection_wide_enough(a, plan)) return;
   const qsa_index_shape *shape = match_shape(a, plan);
-  if (shape == NULL || !keys_aligned(a->k_index, plan) || !plan_workspace(a, plan)) return;
+  if (shape == NULL || !plan_workspace(a, plan)) return;
   plan->route = shape->route;
   plan->launch = shape->launch;
   plan->shape = shape;

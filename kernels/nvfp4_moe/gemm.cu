@@ -1,7 +1,8 @@
 // The grouped W4A16 GEMMs on tensor cores. One block = one M tile (128, 64 or 32 rows, as the
 // entry says) of one expert's sorted pairs (blockIdx.y indexes one of route.cu's two tile
-// tables; entries past its last tile exit) x one N tile of 256 weight rows (blockIdx.x). Per K
-// step of 64:
+// tables from its first entry; entries past its last tile exit) x one N tile of 256 weight rows
+// (blockIdx.x); at short K a 128-row tile runs as two blocks of the small-tile kernel
+// (blockIdx.z: its first 64 rows, the rest). Per K step of 64:
 //   - A: the tile's rows, gathered x rows (gate/up) or contiguous activation rows (down), fp16;
 //   - B: the weight tile's FP4 payload and e4m3 scales, decoded to fp16 into shared memory;
 //   - 4 WMMA k-steps per warp on a (M/2) x 64 warp tile, fp32 accumulation.
@@ -31,7 +32,7 @@ constexpr float kHalfMax = 65504.0f;    // the largest finite fp16
 // Big tiles get their own kernel only where the K loop is long; at TP4's down GEMM (K 128, two
 // steps) a lone block per SM cannot hide its prologue and epilogue behind another block's MMAs,
 // so the small-tile kernel takes them, as a 64-row tile and the rest in two blocks (H200, T 8192:
-// 3% faster).
+// 3% faster). 8 steps is TP1's down GEMM (K 512), where big tiles measured as fast or faster.
 constexpr int kBigTileMinKTiles = 8;
 
 // ---- FP4 decode
@@ -93,7 +94,7 @@ enum class Gemm { kGateUp, kDown };
 template <Gemm kKind, int kTileM>
 struct Config {
   static constexpr int kHalves = kKind == Gemm::kGateUp ? 2 : 1;
-  static constexpr int kWarpM = kTileM / kWarpsM;  // 16 or 32 rows per warp
+  static constexpr int kWarpM = kTileM / kWarpsM;  // 16, 32 or 64 rows per warp
   static constexpr int kFragsM = kWarpM / kFrag;
   static constexpr int kAChunks = kTileM * kTileK / 8 / kThreads;  // 16-byte A loads per thread
   // K steps of 16 unrolled in the MMA loop: all four where the registers allow it (a 64-row
@@ -388,10 +389,10 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
 template <Gemm kKind, int kRows>
 __global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
     nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b,
-                        int32_t table) {
+                        int32_t first_entry) {
   extern __shared__ __align__(32) unsigned char smem[];
   GemmSmem<kRows> &s = *reinterpret_cast<GemmSmem<kRows> *>(smem);
-  int4 tile = w.tiles[table + blockIdx.y];
+  int4 tile = w.tiles[first_entry + blockIdx.y];
   if (tile.x < 0) return;  // past the last tile of this table
   if constexpr (kRows == kBigTileM) {
     gemm_tile<kKind, kBigTileM>(p, pass, w, b, tile, s);
@@ -413,27 +414,31 @@ __global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
   }
 }
 
-// Tiles table .. table + tiles - 1, `parts` blocks each along z (2: big tiles split in two).
+// Entries first_entry .. first_entry + tiles - 1 of the tile tables, `parts` blocks each along
+// z (2: big tiles split in two).
 template <Gemm kKind, int kRows>
 void launch_table(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
-                  int32_t table, int32_t tiles, int parts, cudaStream_t stream) {
+                  int32_t first_entry, int32_t tiles, int parts, cudaStream_t stream) {
   if (tiles == 0) return;
   auto kernel = nvfp4_moe_gemm_wmma<kKind, kRows>;
   constexpr int kBytes = sizeof(GemmSmem<kRows>);
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  // Two small-tile blocks (46 KB each) per SM need the largest shared-memory carveout.
+  // Two small-tile blocks (46 KB each) or one big-tile block (55 KB) per SM need the largest
+  // shared-memory carveout.
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  kernel<<<dim3(b.n_tiles, tiles, parts), kThreads, kBytes, stream>>>(p, pass, w, b, table);
+  kernel<<<dim3(b.n_tiles, tiles, parts), kThreads, kBytes, stream>>>(p, pass, w, b, first_entry);
 }
 
 template <Gemm kKind>
 void launch_gemm(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
                  cudaStream_t stream) {
   if (b.k_tiles >= kBigTileMinKTiles) {
-    launch_table<kKind, kBigTileM>(p, pass, w, b, 0, pass.big_tiles, 1, stream);
-    launch_table<kKind, kWideTileM>(p, pass, w, b, pass.big_tiles, pass.small_tiles, 1, stream);
+    launch_table<kKind, kBigTileM>(p, pass, w, b, 0, pass.big_table_size, 1, stream);
+    launch_table<kKind, kWideTileM>(p, pass, w, b, pass.big_table_size, pass.small_table_size, 1,
+                                    stream);
   } else {
-    launch_table<kKind, kWideTileM>(p, pass, w, b, 0, pass.big_tiles + pass.small_tiles, 2, stream);
+    launch_table<kKind, kWideTileM>(p, pass, w, b, 0, pass.big_table_size + pass.small_table_size,
+                                    2, stream);
   }
 }
 

@@ -1,5 +1,5 @@
 // Grouped NVFP4 MoE on SM70. Per pass of at most kChunkTokens tokens (pairs = tokens x top-k):
-//   1. route    (route.cu)   counts, offsets, tile table and the pairs sorted by expert;
+//   1. route    (route.cu)   counts, offsets, the M tile tables and the pairs sorted by expert;
 //   2. gate/up  (gemm.cu)    act[pos] = silu(x W_gate^T) * (x W_up^T) for every sorted position;
 //   3. down     (gemm.cu)    partial[pair] = router weight x act W2^T, fp16;
 //   4. combine  (combine.cu) out[t] = sum of the token's partials in slot order, fp32 -> fp16.
@@ -52,8 +52,8 @@ Pass make_pass(const Params &p, int32_t token0) {
   pass.tokens = pass_tokens(p.tokens - token0);
   pass.pairs = pass.tokens * p.topk;
   pass.sort_blocks = (pass.pairs + kSortPairs - 1) / kSortPairs;
-  pass.big_tiles = max_big_tiles(pass.pairs);
-  pass.small_tiles = max_small_tiles(pass.pairs, p.experts);
+  pass.big_table_size = max_big_tiles(pass.pairs);
+  pass.small_table_size = max_small_tiles(pass.pairs, p.experts);
   return pass;
 }
 

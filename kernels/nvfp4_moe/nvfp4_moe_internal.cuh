@@ -44,15 +44,16 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //     expert (128 gate + 128 up rows) is one N tile, so each routed x row is gathered once; a
 //     warp's 4 B fragments per A fragment give 0.75 fragment loads per MMA from shared memory.
 //   - K tile 64: one 16-byte load per half row of the payload (32 k), two e4m3 scales with it;
-//     46 KB of shared memory (sized for M = 64), so two blocks (16 warps) share a V100 SM.
+//     46 KB of shared memory for tiles of up to 64 rows, so two such blocks (16 warps) share a
+//     V100 SM; 55 KB for 128 rows, one block.
 //   - M tile 128, 64 or 32, per tile (tiling.h): an expert's rows go in 128-row (big) tiles while
 //     more than 64 remain, the last 64 or fewer in one 64- or 32-row (small) tile. A big tile
 //     decodes each weight once per 128 rows and its warps hold 64 x 64 (16 accumulators: a third
-//     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM (230
-//     registers a thread on sm_70; H200, TP1, T 8192 / 32768: 2.49 -> 2.41 / 9.09 -> 8.76 ms
-//     against 64-row tiles only). Small tiles keep two blocks per SM; a 32-row remainder in a
-//     64-row tile would double its MMAs (at T 8192, 160 rows per expert, half the experts end in
-//     one).
+//     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM (234
+//     and 240 registers a thread on sm_70; H200, TP1, T 8192 / 32768: 2.514 -> 2.433 / 9.127 ->
+//     8.769 ms against 64-row tiles only, before the MMA loop was unrolled). Small tiles keep two
+//     blocks per SM; a 32-row remainder in a 64-row tile would double its MMAs (at T 8192, 160 rows
+//     per expert, half the experts end in one).
 //   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in
 //     flight during this tile's MMAs; a second shared buffer would cost the second block per SM.
 constexpr int kThreads = 256;  // 8 warps: 2 along M x 4 along N
@@ -155,20 +156,21 @@ Operand down_operand(const sm70_nvfp4_moe_weights &w, const uint8_t *prepared, i
 
 // ---- One pass over at most kChunkTokens tokens
 struct Pass {
-  int32_t token0;       // first token of the pass
-  int32_t tokens;       // tokens in it
-  int32_t pairs;        // tokens x top-k: (token, slot) pairs, pass-local index t * k + j
-  int32_t sort_blocks;  // ceil(pairs / kSortPairs)
-  int32_t big_tiles;    // size of the big-tile table: max_big_tiles(pairs) (tiling.h)
-  int32_t small_tiles;  // size of the small-tile table: max_small_tiles(pairs, E)
+  int32_t token0;            // first token of the pass
+  int32_t tokens;            // tokens in it
+  int32_t pairs;             // tokens x top-k: (token, slot) pairs, pass-local index t * k + j
+  int32_t sort_blocks;       // ceil(pairs / kSortPairs)
+  int32_t big_table_size;    // entries of the big-tile table: max_big_tiles(pairs) (tiling.h)
+  int32_t small_table_size;  // entries of the small-tile table: max_small_tiles(pairs, E)
 };
 
 // Workspace of one pass (sized for the largest); pieces 256-byte aligned.
 struct Workspace {
   int32_t *block_counts;   // [sort_blocks, E]: counts, then their exclusive prefix per expert
   int32_t *expert_offset;  // [E]: first position of the expert's pairs in `sorted`
-  int4 *tiles;      // [big_tiles + small_tiles]: (expert, first sorted position, rows, M tile);
-                    // expert -1: none
+  // [big_table_size + small_table_size]: (expert, first sorted position, rows, M tile);
+  // expert -1: none
+  int4 *tiles;
   int32_t *sorted;  // [pairs]: pair indices grouped by expert, ascending within one
   uint16_t *act;    // [pairs, I] fp16: silu(gate) * up, by sorted position
   __half *partial;  // [pairs, H] fp16: router weight x expert output, by pair index

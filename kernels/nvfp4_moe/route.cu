@@ -88,8 +88,9 @@ __device__ int4 tile_entry(const ScanSmem &s, const int32_t *start, int experts,
   if (tile >= total) return make_int4(-1, 0, 0, 0);
   const int owner = last_at_most(start, experts, tile);
   const int count = s.count[owner];
-  const int row0 = big ? (tile - start[owner]) * kBigTileM : count - small_rows(count);
-  const int rows = big ? min(kBigTileM, count - row0) : small_rows(count);
+  const int i = tile - start[owner];  // the expert's i-th tile of this table
+  const int row0 = big ? i * kBigTileM : count - small_rows(count);
+  const int rows = big ? big_tile_rows(count, i) : small_rows(count);
   return make_int4(owner, s.offset[owner] + row0, rows, big ? kBigTileM : small_tile_m(rows));
 }
 
@@ -119,11 +120,11 @@ __global__ void __launch_bounds__(kScanThreads)
     w.expert_offset[e] = offset;
   }
   __syncthreads();
-  for (int tile = threadIdx.x; tile < pass.big_tiles; tile += blockDim.x) {
+  for (int tile = threadIdx.x; tile < pass.big_table_size; tile += blockDim.x) {
     w.tiles[tile] = tile_entry(s, s.big_start, p.experts, tile, total_big, true);
   }
-  for (int tile = threadIdx.x; tile < pass.small_tiles; tile += blockDim.x) {
-    w.tiles[pass.big_tiles + tile] =
+  for (int tile = threadIdx.x; tile < pass.small_table_size; tile += blockDim.x) {
+    w.tiles[pass.big_table_size + tile] =
         tile_entry(s, s.small_start, p.experts, tile, total_small, false);
   }
 }

@@ -18,7 +18,13 @@ SM70OPS_HOST_DEVICE inline int big_tiles(int count) {
   return count / kBigTileM + (count % kBigTileM > kWideTileM ? 1 : 0);
 }
 
-// Rows of the expert's small tile (0: none).
+// Rows of the expert's big tile i < big_tiles(count): 128, or for the last one 65 to 128.
+SM70OPS_HOST_DEVICE inline int big_tile_rows(int count, int i) {
+  const int rest = count - i * kBigTileM;
+  return rest < kBigTileM ? rest : kBigTileM;
+}
+
+// Rows of the expert's small tile (0: none), its last.
 SM70OPS_HOST_DEVICE inline int small_rows(int count) {
   const int rest = count % kBigTileM;
   return rest > kWideTileM ? 0 : rest;

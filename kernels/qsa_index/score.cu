@@ -42,9 +42,9 @@ constexpr int kQLd = kDim + 8;  // halves; the pad staggers rows over the banks
 // took 32 bytes of 16 keys. The next slice's loads are in flight during this slice's MMAs. 32
 // dimensions keep three blocks on a V100 SM; 64 measured 15% slower on an H200 (1024 x 131072).
 constexpr int kStageDims = 32;
-constexpr int kKeyLd = kStageDims + 8;                          // halves, padded like kQLd
-constexpr int kLanesPerKey = kStageDims / 8;                    // 16-byte pieces of a slice
-constexpr int kStagePieces = kKeysPerWarp * kLanesPerKey / 32;  // pieces per lane
+constexpr int kKeyLd = kStageDims + 8;                           // halves, padded like kQLd
+constexpr int kPiecesPerKey = kStageDims / 8;                    // 16-byte pieces of a key's slice
+constexpr int kStagePieces = kKeysPerWarp * kPiecesPerKey / 32;  // pieces per lane
 static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
 
 struct __align__(32) Smem {
@@ -113,19 +113,19 @@ static_assert(Acc::num_elements == kAccElements, "accumulator elements per lane"
 // takes keys 8i .. 8i+7; the 8 lanes of a quarter warp (one shared-memory wavefront of a 16-byte
 // store) take keys q and q + 4, whose rows' 64 bytes fall in opposite halves of the banks (rows
 // are 80 bytes apart): consecutive keys there would be a two-way conflict.
-static_assert(kLanesPerKey == 4 && kKeyLd * 2 == 80, "piece layout for 32-dimension slices");
+static_assert(kPiecesPerKey == 4 && kKeyLd * 2 == 80, "piece layout for 32-dimension slices");
 __device__ __forceinline__ int piece_key(int i) {
   const int lane = threadIdx.x % 32;
   return 8 * i + lane / 8 + 4 * (lane % 8 / 4);
 }
-__device__ __forceinline__ int piece_dim(int) { return threadIdx.x % 4 * 8; }
+__device__ __forceinline__ int piece_dim() { return threadIdx.x % kPiecesPerKey * 8; }
 
 // This lane's pieces of dimensions d0 .. d0 + kStageDims - 1 of the warp's 32 keys.
 __device__ __forceinline__ void load_slice(const __half *keys, int64_t ld, int d0,
                                            uint4 (&piece)[kStagePieces]) {
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
-    piece[i] = __ldg(reinterpret_cast<const uint4 *>(keys + piece_key(i) * ld + d0 + piece_dim(i)));
+    piece[i] = __ldg(reinterpret_cast<const uint4 *>(keys + piece_key(i) * ld + d0 + piece_dim()));
   }
 }
 
@@ -134,7 +134,7 @@ __device__ __forceinline__ void store_slice(const uint4 (&piece)[kStagePieces],
   __syncwarp();  // the previous slice's fragments are loaded
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
-    *reinterpret_cast<uint4 *>(&stage[piece_key(i)][piece_dim(i)]) = piece[i];
+    *reinterpret_cast<uint4 *>(&stage[piece_key(i)][piece_dim()]) = piece[i];
   }
   __syncwarp();
 }
@@ -313,12 +313,22 @@ int groups_per_block(const Params &p, int c0, int c1, int stride, int min_groups
   return groups;
 }
 
+template <Pass kPass>
+void launch_score(const Params &p, int c0, int c1, const Workspace &w, int groups, const dim3 &grid,
+                  cudaStream_t stream) {
+  // Three blocks of 31 KB per V100 SM need the largest shared-memory carveout (a function
+  // attribute, not a stream operation: capture-safe).
+  cudaFuncSetAttribute(qsa_index_score_wmma<kPass>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                       100);
+  qsa_index_score_wmma<kPass><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
+}
+
 }  // namespace
 
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   const int groups = groups_per_block(p, c0, c1, kSampleSpan, kWarps);
-  const dim3 grid = score_grid(p, c0, c1, groups * kSampleSpan);
-  qsa_index_score_wmma<Pass::kSample><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
+  launch_score<Pass::kSample>(p, c0, c1, w, groups, score_grid(p, c0, c1, groups * kSampleSpan),
+                              stream);
 }
 
 void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
@@ -328,10 +338,9 @@ void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStre
   // context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys, 4% at 16K, 5% slower at
   // 32K and 3% at 128K).
   if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
-    qsa_index_score_wmma<Pass::kFilterAggregated>
-        <<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
+    launch_score<Pass::kFilterAggregated>(p, c0, c1, w, groups, grid, stream);
   } else {
-    qsa_index_score_wmma<Pass::kFilter><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
+    launch_score<Pass::kFilter>(p, c0, c1, w, groups, grid, stream);
   }
 }
 

@@ -1,9 +1,9 @@
 // The MoE's M tiling (kernels/nvfp4_moe/tiling.h): hand-written counts around the tile sizes,
 // every count up to 5000 cut into tiles that cover it exactly (big tiles over 64 rows, the small
-// one at most 64), and the table sizes against random routings of up to 262144 pairs.
+// one at most 64), and the table sizes: reached by 65-row and one-row experts, never exceeded by
+// random routings of up to 262144 pairs.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -16,7 +16,7 @@ using namespace sm70ops::nvfp4_moe;
 // Rows of each of the expert's tiles: big tiles in order, then the small one if any.
 std::vector<int> TileRows(int count) {
   std::vector<int> rows;
-  for (int i = 0; i < big_tiles(count); ++i) rows.push_back(std::min(kBigTileM, count - i * 128));
+  for (int i = 0; i < big_tiles(count); ++i) rows.push_back(big_tile_rows(count, i));
   if (small_rows(count) > 0) rows.push_back(small_rows(count));
   return rows;
 }
@@ -54,6 +54,15 @@ TEST(MoeTiling, TilesCoverEveryCountExactly) {
     }
     EXPECT_EQ(covered, count);
     EXPECT_LE(big_tiles(count), count / (kWideTileM + 1)) << count;
+  }
+}
+
+// The bounds are reached: every expert with 65 rows fills the big table, with one row the
+// small one.
+TEST(MoeTiling, TablesAreTight) {
+  for (int experts : {1, 7, 512}) {
+    EXPECT_EQ(experts * big_tiles(kWideTileM + 1), max_big_tiles(experts * (kWideTileM + 1)));
+    EXPECT_EQ(experts * (small_rows(1) > 0), max_small_tiles(experts, experts));
   }
 }
 

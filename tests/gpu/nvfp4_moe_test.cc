@@ -475,7 +475,7 @@ INSTANTIATE_TEST_SUITE_P(
         // x / out / topk views; narrow M tiles (few rows per expert).
         Case{"tp4_t64_skewed_strided", 64, 64, 10, 2048, 128, Routing::kSkewed, 24, 3},
         Case{"tp1_t64_skewed", 64, 32, 8, 2048, 512, Routing::kSkewed},
-        // Wide M tiles (>= 64 rows per expert on average).
+        // 64- and 128-row M tiles (>= 64 rows per expert on average).
         Case{"tp4_t1000_skewed", 1000, 32, 4, 2048, 128, Routing::kSkewed, 8},
         Case{"tp1_t1000", 1000, 16, 2, 1024, 512},
         Case{"t8192_quantized_floats", 8192, 16, 2, 256, 128, Routing::kSkewed, 0, 0, true},

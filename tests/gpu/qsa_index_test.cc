@@ -162,11 +162,13 @@ class IndexRun {
     for (int64_t t = 0; t < T_; ++t) {
       std::copy_n(&in.q[t * kHeads * kDim], kHeads * kDim, &q_host[q_offset_halves + t * q_row]);
     }
-    // k_index with k_token_pad NaN halves after each key row.
+    // k_index with k_token_pad NaN halves after each key row; a padded view also starts 16
+    // bytes into its buffer (16- but not 32-byte aligned).
     const int64_t k_row = kDim + c.k_token_pad, k_rows = int64_t(in.num_pages) * kPage;
-    std::vector<uint16_t> k_host(k_rows * k_row, 0x7e00);
+    const int64_t k_offset_halves = c.k_token_pad > 0 ? 8 : 0;
+    std::vector<uint16_t> k_host(k_offset_halves + k_rows * k_row, 0x7e00);
     for (int64_t j = 0; j < k_rows; ++j) {
-      std::copy_n(&in.k[j * kDim], kDim, &k_host[j * k_row]);
+      std::copy_n(&in.k[j * kDim], kDim, &k_host[k_offset_halves + j * k_row]);
     }
     q_ = Uploaded(q_host), w_ = Uploaded(in.w), k_ = Uploaded(k_host);
     qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
@@ -176,7 +178,7 @@ class IndexRun {
     Add(q_.data(), kF16, {T_, kHeads, kDim}, {q_row, kDim, 1}, &args_.q, q_offset_halves * 2);
     Add(w_.data(), kF32, {T_, kHeads}, DenseStrides({T_, kHeads}), &args_.weights);
     const std::vector<int64_t> k_shape = {in.num_pages, kPage, kDim};
-    Add(k_.data(), kF16, k_shape, {kPage * k_row, k_row, 1}, &args_.k_index);
+    Add(k_.data(), kF16, k_shape, {kPage * k_row, k_row, 1}, &args_.k_index, k_offset_halves * 2);
     Add(qsl_.data(), kI32, {R + 1}, {1}, &args_.query_start_loc);
     Add(lens_.data(), kI32, {R}, {1}, &args_.seq_lens);
     Add(table_.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1}, &args_.block_table);
