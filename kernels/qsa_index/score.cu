@@ -2,15 +2,16 @@
 //
 // One block = 16 rows of one request x a range of keys. The four heads' Q tiles stay in shared
 // memory; each warp streams 32-key groups of the paged keys (a group never crosses a page)
-// through its own shared staging area into WMMA B fragments. One accumulator per head and key
-// fragment keeps the heads apart, so the ReLU and the weighted head sum happen in registers.
-// Two modes:
+// through its own shared staging area (key_staging.h; the next slice of dimensions in flight
+// during this one's MMAs) into WMMA B fragments. One accumulator per head and key fragment keeps
+// the heads apart, so the ReLU and the weighted head sum happen in registers. Two modes:
 //   sample  scores the first group of every 512 keys into the workspace;
 //   filter  scores every key and keeps those above the row's threshold, and marks those at it
 //           (at short contexts, where rows keep many keys, one slot atomic per row and warp).
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "kernels/qsa_index/key_staging.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 
 namespace sm70ops::qsa_index {
@@ -27,8 +28,7 @@ constexpr int kBlocksPerSm = 3;
 #else
 constexpr int kBlocksPerSm = 4;
 #endif
-constexpr int kAccElements = 8;   // floats of a 16 x 16 accumulator per lane
-constexpr int kKeysPerWarp = 32;  // two key fragments share each A fragment load
+constexpr int kAccElements = 8;  // floats of a 16 x 16 accumulator per lane
 constexpr int kKeyFrags = kKeysPerWarp / kFrag;
 // Key groups per block, both passes: as many as amortise the block's Q tile load, as few as
 // give the GPU kMinBlocks blocks at short contexts, and at the least one per warp (sample) or
@@ -37,14 +37,6 @@ constexpr int kMaxGroupsPerBlock = 64;
 constexpr int kMinBlocks = 1024;
 constexpr int kFilterMinGroupsPerBlock = 8;
 constexpr int kQLd = kDim + 8;  // halves; the pad staggers rows over the banks
-// A warp stages its key group through shared memory kStageDims dimensions (a slice) at a time:
-// each warp load takes 64 contiguous bytes of 8 keys, where a WMMA fragment load from the pages
-// took 32 bytes of 16 keys. The next slice's loads are in flight during this slice's MMAs. 32
-// dimensions keep three blocks on a V100 SM; 64 measured 15% slower on an H200 (1024 x 131072).
-constexpr int kStageDims = 32;
-constexpr int kKeyLd = kStageDims + 8;                           // halves, padded like kQLd
-constexpr int kPiecesPerKey = kStageDims / 8;                    // 16-byte pieces of a key's slice
-constexpr int kStagePieces = kKeysPerWarp * kPiecesPerKey / 32;  // pieces per lane
 static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
 
 struct __align__(32) Smem {
@@ -109,32 +101,24 @@ __device__ const __half *key_group(const Params &p, int r, int row, int key0) {
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 static_assert(Acc::num_elements == kAccElements, "accumulator elements per lane");
 
-// Piece i of this lane in a slice: its key, and its 8 dimensions' first within the slice. Load i
-// takes keys 8i .. 8i+7; the 8 lanes of a quarter warp (one shared-memory wavefront of a 16-byte
-// store) take keys q and q + 4, whose rows' 64 bytes fall in opposite halves of the banks (rows
-// are 80 bytes apart): consecutive keys there would be a two-way conflict.
-static_assert(kPiecesPerKey == 4 && kKeyLd * 2 == 80, "piece layout for 32-dimension slices");
-__device__ __forceinline__ int piece_key(int i) {
-  const int lane = threadIdx.x % 32;
-  return 8 * i + lane / 8 + 4 * (lane % 8 / 4);
-}
-__device__ __forceinline__ int piece_dim() { return threadIdx.x % kPiecesPerKey * 8; }
-
-// This lane's pieces of dimensions d0 .. d0 + kStageDims - 1 of the warp's 32 keys.
+// This lane's pieces (key_staging.h) of dimensions d0 .. d0 + kStageDims - 1 of the warp's 32 keys.
 __device__ __forceinline__ void load_slice(const __half *keys, int64_t ld, int d0,
                                            uint4 (&piece)[kStagePieces]) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
-    piece[i] = __ldg(reinterpret_cast<const uint4 *>(keys + piece_key(i) * ld + d0 + piece_dim()));
+    const __half *src = keys + piece_key(lane, i) * ld + d0 + piece_dim(lane);
+    piece[i] = __ldg(reinterpret_cast<const uint4 *>(src));
   }
 }
 
 __device__ __forceinline__ void store_slice(const uint4 (&piece)[kStagePieces],
                                             __half (&stage)[kKeysPerWarp][kKeyLd]) {
+  const int lane = threadIdx.x % 32;
   __syncwarp();  // the previous slice's fragments are loaded
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
-    *reinterpret_cast<uint4 *>(&stage[piece_key(i)][piece_dim()]) = piece[i];
+    *reinterpret_cast<uint4 *>(&stage[piece_key(lane, i)][piece_dim(lane)]) = piece[i];
   }
   __syncwarp();
 }
