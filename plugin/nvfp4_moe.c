@@ -210,6 +210,7 @@ static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t
   plan->launch = shape->launch;
   plan->shape = shape;
   plan->work_items = a->topk_ids->shape[0];
+  plan->smem_bytes = sm70_nvfp4_moe_smem_bytes();
   plan->workspace_bytes =
       sm70_nvfp4_moe_workspace((int32_t)a->topk_ids->shape[0], (int32_t)a->topk_ids->shape[1],
                                (int32_t)dims.experts, (int32_t)dims.hidden, (int32_t)dims.inter);

@@ -455,3 +455,7 @@ void launch_down(const Params &p, const Pass &pass, const Workspace &w, const Op
 }
 
 }  // namespace sm70ops::nvfp4_moe
+
+extern "C" uint32_t sm70_nvfp4_moe_smem_bytes(void) {
+  return sizeof(sm70ops::nvfp4_moe::GemmSmem<sm70ops::nvfp4_moe::kBigTileM>);
+}

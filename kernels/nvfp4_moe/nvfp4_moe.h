@@ -58,6 +58,10 @@ typedef struct sm70_nvfp4_moe_params {
 uint64_t sm70_nvfp4_moe_workspace(int32_t tokens, int32_t topk, int32_t experts, int32_t hidden,
                                   int32_t inter);
 
+/* Shared memory per block of the op's largest kernel (the 128-row GEMM tile), for the
+ * capability check. */
+uint32_t sm70_nvfp4_moe_smem_bytes(void);
+
 /* Enqueues the op on `stream` (a cudaStream_t). Returns a cudaError_t (0 = success). */
 int32_t sm70_nvfp4_moe_launch(const sm70_nvfp4_moe_params *p, void *workspace, void *stream);
 
