@@ -26,7 +26,6 @@ typedef int (*cli_command_fn)(const cli_globals *globals, int argc, char **argv)
 
 int cli_info(const cli_globals *globals, int argc, char **argv);
 int cli_check(const cli_globals *globals, int argc, char **argv);
-int cli_verify(const cli_globals *globals, int argc, char **argv);
 int cli_bench(const cli_globals *globals, int argc, char **argv);
 
 /* Prints the usage text to stderr and returns kExitUsage. */

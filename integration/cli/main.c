@@ -17,9 +17,8 @@ static const char kUsage[] =
     "                --cc N      plan for compute capability N (70: V100) without asking CUDA\n"
     "                --tp 1|4    tensor parallelism of the shapes (default 4)\n"
     "                --device N  CUDA device ordinal (default 0)\n"
-    "  verify      compare every op with its CPU reference (needs a CUDA GPU)\n"
-    "  bench [OP]  time the ops, or one of qsa_index, qsa_attn, nvfp4_moe, nvfp4_moe_prepare\n"
-    "              (needs a CUDA GPU)\n"
+    "  bench [OP]  time the ops, or one of qsa_index, qsa_attn, nvfp4_moe (which also times\n"
+    "              its one-time prepare), with their roofline floors (needs a CUDA GPU)\n"
     "\n"
     "global options:\n"
     "  --library PATH  the plugin to load. Default: $SM70OPS_LIBRARY, else libsm70ops.so in this\n"
@@ -42,7 +41,6 @@ typedef struct command {
 static const command kCommands[] = {
     {"info", cli_info},
     {"check", cli_check},
-    {"verify", cli_verify},
     {"bench", cli_bench},
 };
 
