@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks on a machine with a CUDA GPU but no Bazel (the device machine).
-#   bash tools/gpu_tests.sh pack   here: build (default config) and copy the binaries to .device/
+#   bash tools/gpu_tests.sh pack   here: build (default config, or SM70OPS_CONFIG=sm70) and copy
+#                                  the binaries to .device/
 #   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
 #   bash tools/gpu_tests.sh sanitize  there: the GPU tests under compute-sanitizer's memcheck,
 #                                  racecheck, initcheck and synccheck; a table of errors found
@@ -13,7 +14,9 @@ tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:lifecycl
 label_path() { local l=${1#//}; echo "${l/://}"; }  # //a/b:c -> a/b/c
 
 pack() {
-  bazel build //:sm70ops //integration/cli:sm70ops "${tests[@]}" >/dev/null 2>&1 ||
+  local config=()
+  [ "${SM70OPS_CONFIG:-}" = sm70 ] && config=(--config=sm70)  # the V100 release build
+  bazel build "${config[@]}" //:sm70ops //integration/cli:sm70ops "${tests[@]}" >/dev/null 2>&1 ||
     { echo "gpu_tests: build failed"; exit 1; }
   rm -rf .device && mkdir -p .device
   cp bazel-bin/libsm70ops.so bazel-bin/integration/cli/sm70ops .device/
