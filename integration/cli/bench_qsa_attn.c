@@ -9,9 +9,11 @@
 #include "integration/cli/bench.h"
 
 enum { kHq = 4, kHkv = 1, kDim = 256, kPage = 64, kTopk = 2048, kRun = 16 };
-/* Rows per kernel tile at this shape (32 MMA rows / 4 query heads): the kernel gathers the union
- * of a tile's selections once, which is what the gathered-bytes line reports. */
-enum { kTileRows = 8 };
+/* Rows per kernel tile at this shape: its 32 MMA rows (two row fragments wherever the query
+ * heads per KV head fill them: row_fragments in kernels/qsa_attn/qsa_attn.cu) over the query
+ * heads of one KV head. The kernel gathers the union of a tile's selections once, which is what
+ * the gathered-bytes line reports. */
+enum { kTileRows = 32 / (kHq / kHkv) };
 enum { kChunkRows = 8192, kMaxKeys = 131072, kMaxPages = kMaxKeys / kPage };
 
 typedef struct attn_buffers {

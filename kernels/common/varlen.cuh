@@ -1,13 +1,14 @@
 // Varlen batches on the device (ops.md, "Common rules": rows of request r are
 // query_start_loc[r] .. query_start_loc[r+1]-1, row i sits at seq_len - query_len + i): tiles of
 // adjacent rows that never span two requests, found from the block index, and the keys a row
-// sees. A grid of rows / tile_rows + requests blocks covers every row: its size comes from host
-// shapes alone, so the kernels that use it stay graph-capturable.
+// sees. A grid of varlen_slots blocks covers every row: its size comes from host shapes alone,
+// so the kernels that use it stay graph-capturable.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/checked.cuh"
+#include "kernels/common/search.h"
 
 namespace sm70ops {
 
@@ -16,6 +17,12 @@ struct VarlenTile {
   int row0;  // first row (global index)
   int rows;
 };
+
+// The grid that covers `rows` rows of `requests` requests in tiles of tile_rows: one slot per
+// tile_rows rows, plus one per request for its partial last tile.
+__host__ __device__ inline int varlen_slots(int rows, int tile_rows, int requests) {
+  return rows / tile_rows + requests;
+}
 
 // Tile slots of request r among rows [c0, c1) start here: a request of n rows in that range owns
 // at least ceil(n / tile_rows) slots.
@@ -29,20 +36,16 @@ __device__ __forceinline__ int varlen_first_slot(const int32_t *query_start_loc,
 __device__ __forceinline__ bool varlen_find_tile(const int32_t *query_start_loc, int requests,
                                                  int c0, int c1, int tile_rows, int slot,
                                                  VarlenTile *tile) {
-  int lo = 0, hi = requests - 1;  // the last request whose slots start at or before `slot`
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (varlen_first_slot(query_start_loc, c0, c1, tile_rows, mid) <= slot)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int begin = min(max(query_start_loc[lo], c0), c1);
-  const int end = min(max(query_start_loc[lo + 1], c0), c1);
+  // The last request whose slots start at or before `slot`.
+  const int r = last_true(requests, [=](int i) {
+    return varlen_first_slot(query_start_loc, c0, c1, tile_rows, i) <= slot;
+  });
+  const int begin = min(max(query_start_loc[r], c0), c1);
+  const int end = min(max(query_start_loc[r + 1], c0), c1);
   const int row0 =
-      begin + (slot - varlen_first_slot(query_start_loc, c0, c1, tile_rows, lo)) * tile_rows;
+      begin + (slot - varlen_first_slot(query_start_loc, c0, c1, tile_rows, r)) * tile_rows;
   if (row0 >= end) return false;
-  *tile = {lo, row0, min(tile_rows, end - row0)};
+  *tile = {r, row0, min(tile_rows, end - row0)};
   return true;
 }
 

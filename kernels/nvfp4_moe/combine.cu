@@ -4,8 +4,6 @@
 // run.
 #include <cuda_fp16.h>
 
-#include <cstring>
-
 #include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
 
 namespace sm70ops::nvfp4_moe {
@@ -19,9 +17,7 @@ __device__ __forceinline__ void add8(uint4 bits, float (&sum)[8]) {
   const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    __half2 h;
-    memcpy(&h, &words[i], sizeof(h));
-    const float2 f = __half22float2(h);
+    const float2 f = __half22float2(as_half2(words[i]));
     sum[2 * i] += f.x;
     sum[2 * i + 1] += f.y;
   }

@@ -18,8 +18,6 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
-#include <cstring>
-
 #include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
 
 namespace sm70ops::nvfp4_moe {
@@ -36,18 +34,6 @@ constexpr float kHalfMax = 65504.0f;    // the largest finite fp16
 constexpr int kBigTileMinKTiles = 8;
 
 // ---- FP4 decode
-
-__device__ __forceinline__ __half2 as_half2(uint32_t bits) {
-  __half2 h;
-  memcpy(&h, &bits, sizeof(h));
-  return h;
-}
-
-__device__ __forceinline__ uint32_t as_bits(__half2 h) {
-  uint32_t bits;
-  memcpy(&bits, &h, sizeof(bits));
-  return bits;
-}
 
 // Two e4m3 bytes (bits 0-7, 8-15) -> (s0, s1) x 2^7. The e4m3 exponent and mantissa placed in a
 // binary16's bits 13-7 read as s x 2^-8, normals and subnormals alike; x 2^15 is exact.

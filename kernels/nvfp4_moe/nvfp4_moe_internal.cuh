@@ -7,22 +7,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 
+#include "kernels/common/half_bits.cuh"
 #include "kernels/nvfp4_moe/nvfp4_moe.h"
 #include "kernels/nvfp4_moe/tiling.h"
 
 namespace sm70ops::nvfp4_moe {
 
 using Params = sm70_nvfp4_moe_params;
-
-// Two floats rounded to fp16, as the 32-bit word a half2 store writes.
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  uint32_t bits;
-  memcpy(&bits, &h, sizeof(bits));
-  return bits;
-}
 
 constexpr int kMaxExperts = SM70_NVFP4_MOE_MAX_EXPERTS;
 constexpr int kMaxTopk = SM70_NVFP4_MOE_MAX_TOPK;

@@ -23,10 +23,10 @@
 #include <mma.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/checked.cuh"
+#include "kernels/common/half_bits.cuh"
 #include "kernels/common/search.h"
 #include "kernels/common/varlen.cuh"
 #include "kernels/qsa_attn/qsa_attn.h"
@@ -406,8 +406,7 @@ __device__ void softmax(float sm_scale, int group, int buf, Smem<D, MF> &s) {
   for (int e = 0; e < kTokens; e += 2) {
     const float p0 = none ? 0.f : __expf(v[e] - m_new), p1 = none ? 0.f : __expf(v[e + 1] - m_new);
     sum += p0 + p1;
-    const __half2 h = __floats2half2_rn(p0, p1);
-    memcpy(&p[e / 2], &h, sizeof(h));
+    p[e / 2] = pack_half2(p0, p1);
   }
   if constexpr (kTokens == 8) {
     *reinterpret_cast<uint4 *>(&s.p[m][j0]) = make_uint4(p[0], p[1], p[2], p[3]);
@@ -568,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<D, MF>())
 template <int D, int MF>
 int32_t launch(const Params &p, cudaStream_t stream) {
   const int group = p.q_heads / p.kv_heads;
-  const dim3 grid(p.rows / tile_rows(MF, group) + p.requests, p.kv_heads);
+  const dim3 grid(varlen_slots(p.rows, tile_rows(MF, group), p.requests), p.kv_heads);
   // Above the 48 KB default: a function attribute, not a stream operation, so capture-safe.
   cudaFuncSetAttribute(qsa_attn_wmma<D, MF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        sizeof(Smem<D, MF>));

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 }
 
 dim3 score_grid(const Params &p, int c0, int c1, int keys_per_block) {
-  return dim3((c1 - c0) / kTileRows + p.requests,
+  return dim3(varlen_slots(c1 - c0, kTileRows, p.requests),
               (p.max_seq_len + keys_per_block - 1) / keys_per_block);
 }
 

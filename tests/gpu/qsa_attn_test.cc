@@ -3,7 +3,6 @@
 // the fp64 reference, max-abs error <= 2x that of the same-precision (fp32 math, fp16 out)
 // reference, no NaN or Inf the reference does not have; an empty selection gives 0 and -inf;
 // selecting everything equals dense causal attention.
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

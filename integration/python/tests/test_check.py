@@ -140,10 +140,11 @@ def test_exit_codes(run_module, args, code):
 def test_an_allowed_gpu_without_the_shared_memory_declines(library, run_module):
     """The QSA kernels are sized for a V100's 96 KB of shared memory per block: a T4 (7.5, 64 KB)
     allow-listed for validation gets ARCH and the numbers, not a launch that fails; the MoE's
-    blocks fit in 48 KB and stay accepted."""
+    largest block (55 KB) fits and stays accepted."""
     code, output = run_module("--library", library, "check", "--cc", "75",
                               env={"SM70OPS_ALLOW_ARCH": "75"})
     assert code == 0, output
+    assert summary_line(output).startswith("6 of 12 accepted"), output  # the MoE's 6 rows
     for op, _, _, decision, _, _, reason, message in table_rows(output):
         if op.startswith("qsa_"):
             assert (decision, reason) == ("decline", "ARCH"), (op, message)
