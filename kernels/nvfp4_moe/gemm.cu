@@ -9,8 +9,8 @@
 // The next step's global loads are issued into registers before this step's MMAs.
 //   gate/up epilogue: a = silu(gate * s2_gate) * (up * s2_up), fp16, into the workspace;
 //   down epilogue:    router weight * s2 * acc, fp16 (clamped to its finite range: two
-//                     opposite overflowing terms must not sum to NaN), into the pair's row of
-//                     the partials.
+//                     opposite overflowing terms must not sum to NaN; a NaN stays one), into
+//                     the pair's row of the partials.
 //
 // Decode: e2m1 x e4m3 is exact in fp16 but can reach 6 x 448 = 2688 and fall to 2^-10, so the
 // weights go to the MMA as w x 2^-7 (every such value is an exact binary16) and the epilogue
@@ -27,6 +27,11 @@ namespace wmma = nvcuda::wmma;
 
 constexpr float kDecodeScale = 128.0f;  // 2^7: what the decoded fp16 weights leave out
 constexpr float kHalfMax = 65504.0f;    // the largest finite fp16
+
+// x within fp16's finite range, a NaN kept (fmaxf alone would turn it into -65504 and hide it).
+__device__ __forceinline__ float clamp_to_half(float x) {
+  return x != x ? x : fminf(fmaxf(x, -kHalfMax), kHalfMax);
+}
 // Big tiles get their own kernel only where the K loop is long; at TP4's down GEMM (K 128, two
 // steps) a lone block per SM cannot hide its prologue and epilogue behind another block's MMAs,
 // so the small-tile kernel takes them, as a 64-row tile and the rest in two blocks (H200, T 8192:
@@ -302,7 +307,7 @@ __device__ void store_partials(const Params &p, const Workspace &w, const int4 &
         const float *v = stage + stage_row() * kFrag + stage_col();
         float t[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) t[i] = fminf(fmaxf(v[i] * scale, -kHalfMax), kHalfMax);
+        for (int i = 0; i < 8; ++i) t[i] = clamp_to_half(v[i] * scale);
         *reinterpret_cast<uint4 *>(w.partial + (int64_t)s.row_ref[row] * p.hidden + col) =
             make_uint4(pack_half2(t[0], t[1]), pack_half2(t[2], t[3]), pack_half2(t[4], t[5]),
                        pack_half2(t[6], t[7]));
