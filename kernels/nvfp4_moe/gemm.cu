@@ -375,28 +375,15 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
   }
 }
 
-// The tiles of one table: kRows = kBigTileM (128-row tiles: 16 accumulators a warp, one block
-// per SM) or kWideTileM (64- and 32-row tiles, two blocks per SM).
-template <Gemm kKind, int kRows>
-__global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
-    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b,
-                        int32_t first_entry) {
-  extern __shared__ __align__(32) unsigned char smem[];
-  GemmSmem<kRows> &s = *reinterpret_cast<GemmSmem<kRows> *>(smem);
-  int4 tile = w.tiles[first_entry + blockIdx.y];
-  if (tile.x < 0) return;  // past the last tile of this table
-  if constexpr (kRows == kBigTileM) {
-    gemm_tile<kKind, kBigTileM>(p, pass, w, b, tile, s);
-    return;
-  }
-  // Short K (see launch_gemm): big tiles come here too, as a 64-row tile (blockIdx.z 0) and the
-  // rest (blockIdx.z 1).
+// A tile of the small-tile kernel: a 64- or 32-row tile, or at short K part blockIdx.z of a
+// big tile (see launch_gemm): its first 64 rows (z 0) or the rest (z 1).
+template <Gemm kKind, class Smem>
+__device__ void small_entry(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
+                            int4 tile, Smem &s) {
   if (tile.w == kBigTileM) {  // more than kWideTileM rows (tiling.h): both parts have some
     tile.y += blockIdx.z * kWideTileM;
     tile.z = blockIdx.z == 0 ? kWideTileM : tile.z - kWideTileM;
     tile.w = small_tile_m(tile.z);
-  } else if (blockIdx.z > 0) {
-    return;
   }
   if (tile.w == kNarrowTileM) {
     gemm_tile<kKind, kNarrowTileM>(p, pass, w, b, tile, s);
@@ -405,19 +392,36 @@ __global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
   }
 }
 
-// Entries first_entry .. first_entry + tiles - 1 of the tile tables, `parts` blocks each along
+// The tiles of one table: kRows = kBigTileM (128-row tiles: 16 accumulators a warp, one block
+// per SM) or kWideTileM (64- and 32-row tiles, two blocks per SM).
+template <Gemm kKind, int kRows>
+__global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
+    nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b,
+                        int32_t first_entry) {
+  extern __shared__ __align__(32) unsigned char smem[];
+  GemmSmem<kRows> &s = *reinterpret_cast<GemmSmem<kRows> *>(smem);
+  const int4 tile = w.tiles[first_entry + blockIdx.y];
+  if (tile.x < 0) return;  // past the last tile of this table
+  if constexpr (kRows == kBigTileM) {
+    gemm_tile<kKind, kBigTileM>(p, pass, w, b, tile, s);
+  } else {
+    small_entry<kKind>(p, pass, w, b, tile, s);
+  }
+}
+
+// Entries first_entry .. first_entry + entries - 1 of the tile tables, `parts` blocks each along
 // z (2: big tiles split in two).
 template <Gemm kKind, int kRows>
 void launch_table(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
-                  int32_t first_entry, int32_t tiles, int parts, cudaStream_t stream) {
-  if (tiles == 0) return;
+                  int32_t first_entry, int32_t entries, int parts, cudaStream_t stream) {
+  if (entries == 0) return;
   auto kernel = nvfp4_moe_gemm_wmma<kKind, kRows>;
   constexpr int kBytes = sizeof(GemmSmem<kRows>);
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   // Two small-tile blocks (46 KB each) or one big-tile block (55 KB) per SM need the largest
   // shared-memory carveout.
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  kernel<<<dim3(b.n_tiles, tiles, parts), kThreads, kBytes, stream>>>(p, pass, w, b, first_entry);
+  kernel<<<dim3(b.n_tiles, entries, parts), kThreads, kBytes, stream>>>(p, pass, w, b, first_entry);
 }
 
 template <Gemm kKind>
@@ -425,12 +429,11 @@ void launch_gemm(const Params &p, const Pass &pass, const Workspace &w, const Op
                  cudaStream_t stream) {
   if (b.k_tiles >= kBigTileMinKTiles) {
     launch_table<kKind, kBigTileM>(p, pass, w, b, 0, pass.big_table_size, 1, stream);
-    launch_table<kKind, kWideTileM>(p, pass, w, b, pass.big_table_size, pass.small_table_size, 1,
-                                    stream);
-  } else {
-    launch_table<kKind, kWideTileM>(p, pass, w, b, 0, pass.big_table_size + pass.small_table_size,
-                                    2, stream);
+  } else {  // a launch of its own: the small tiles' blocks need no second part along z
+    launch_table<kKind, kWideTileM>(p, pass, w, b, 0, pass.big_table_size, 2, stream);
   }
+  launch_table<kKind, kWideTileM>(p, pass, w, b, pass.big_table_size, pass.small_table_size, 1,
+                                  stream);
 }
 
 }  // namespace

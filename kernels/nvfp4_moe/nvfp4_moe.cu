@@ -43,7 +43,7 @@ uint64_t align256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 int32_t pass_tokens(int32_t tokens) { return tokens < kChunkTokens ? tokens : kChunkTokens; }
 
 int32_t tile_table_size(int32_t pairs, int32_t experts) {
-  return max_big_tiles(pairs) + max_small_tiles(pairs, experts);
+  return max_big_tiles(pairs, experts) + max_small_tiles(pairs, experts);
 }
 
 Pass make_pass(const Params &p, int32_t token0) {
@@ -52,7 +52,7 @@ Pass make_pass(const Params &p, int32_t token0) {
   pass.tokens = pass_tokens(p.tokens - token0);
   pass.pairs = pass.tokens * p.topk;
   pass.sort_blocks = (pass.pairs + kSortPairs - 1) / kSortPairs;
-  pass.big_table_size = max_big_tiles(pass.pairs);
+  pass.big_table_size = max_big_tiles(pass.pairs, p.experts);
   pass.small_table_size = max_small_tiles(pass.pairs, p.experts);
   return pass;
 }

@@ -152,7 +152,7 @@ struct Pass {
   int32_t tokens;            // tokens in it
   int32_t pairs;             // tokens x top-k: (token, slot) pairs, pass-local index t * k + j
   int32_t sort_blocks;       // ceil(pairs / kSortPairs)
-  int32_t big_table_size;    // entries of the big-tile table: max_big_tiles(pairs) (tiling.h)
+  int32_t big_table_size;    // entries of the big-tile table: max_big_tiles(pairs, E) (tiling.h)
   int32_t small_table_size;  // entries of the small-tile table: max_small_tiles(pairs, E)
 };
 

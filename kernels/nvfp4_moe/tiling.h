@@ -35,9 +35,15 @@ SM70OPS_HOST_DEVICE inline int small_tile_m(int rows) {
   return rows <= kNarrowTileM ? kNarrowTileM : kWideTileM;
 }
 
-// Table sizes for `pairs` routed pairs over `experts` experts: big tiles hold at least
-// kWideTileM + 1 rows each, and an expert has at most one small tile.
-SM70OPS_HOST_DEVICE inline int max_big_tiles(int pairs) { return pairs / (kWideTileM + 1); }
+// Table sizes for `pairs` routed pairs over `experts` experts. A count of 128 q + r rows has q
+// big tiles, and one more if r > 64: at most count / 128 + 63 / 128. So all experts together have
+// at most (pairs + 63 m) / 128, m = min(experts, pairs / 65) the most experts whose last tile can
+// be big. An expert has at most one small tile.
+SM70OPS_HOST_DEVICE inline int max_big_tiles(int pairs, int experts) {
+  const int most = pairs / (kWideTileM + 1);
+  const int partial = experts < most ? experts : most;
+  return (pairs + (kBigTileM - kWideTileM - 1) * partial) / kBigTileM;
+}
 SM70OPS_HOST_DEVICE inline int max_small_tiles(int pairs, int experts) {
   return experts < pairs ? experts : pairs;
 }

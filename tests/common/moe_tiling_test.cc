@@ -57,11 +57,14 @@ TEST(MoeTiling, TilesCoverEveryCountExactly) {
   }
 }
 
-// The bounds are reached: every expert with 65 rows fills the big table, with one row the
-// small one.
+// The bounds are reached: every expert with 128 q + 65 rows fills the big table, with one row
+// the small one.
 TEST(MoeTiling, TablesAreTight) {
   for (int experts : {1, 7, 512}) {
-    EXPECT_EQ(experts * big_tiles(kWideTileM + 1), max_big_tiles(experts * (kWideTileM + 1)));
+    for (int q : {0, 1, 3}) {
+      const int count = q * kBigTileM + kWideTileM + 1;
+      EXPECT_EQ(experts * big_tiles(count), max_big_tiles(experts * count, experts)) << q;
+    }
     EXPECT_EQ(experts * (small_rows(1) > 0), max_small_tiles(experts, experts));
   }
 }
@@ -78,7 +81,7 @@ TEST(MoeTiling, TablesHoldRandomRoutings) {
     for (int i = 0; i < pairs; ++i) ++counts[pick(rng)];
     int big = 0, small = 0;
     for (int c : counts) big += big_tiles(c), small += small_rows(c) > 0;
-    EXPECT_LE(big, max_big_tiles(pairs)) << experts << " experts, " << pairs << " pairs";
+    EXPECT_LE(big, max_big_tiles(pairs, experts)) << experts << " experts, " << pairs << " pairs";
     EXPECT_LE(small, max_small_tiles(pairs, experts)) << experts << " experts, " << pairs;
   }
 }
