@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "kernels/common/smem.cuh"
 #include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
 
 namespace sm70ops::nvfp4_moe {
@@ -121,8 +122,9 @@ struct GemmSmem {
     return reinterpret_cast<float *>(buf) + warp * kFrag * kFrag;
   }
 };
-static_assert(2 * sizeof(GemmSmem<kWideTileM>) <= 96 * 1024, "two small-tile blocks per V100 SM");
-static_assert(sizeof(GemmSmem<kBigTileM>) <= 96 * 1024, "one big-tile block per V100 SM");
+static_assert(2 * sizeof(GemmSmem<kWideTileM>) <= kV100SmemBytes,
+              "two small-tile blocks per V100 SM");
+static_assert(sizeof(GemmSmem<kBigTileM>) <= kV100SmemBytes, "one big-tile block per V100 SM");
 
 // ---- Main loop
 
@@ -417,10 +419,8 @@ void launch_table(const Params &p, const Pass &pass, const Workspace &w, const O
   if (entries == 0) return;
   auto kernel = nvfp4_moe_gemm_wmma<kKind, kRows>;
   constexpr int kBytes = sizeof(GemmSmem<kRows>);
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  // Two small-tile blocks (46 KB each) or one big-tile block (55 KB) per SM need the largest
-  // shared-memory carveout.
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  allow_dynamic_smem(kernel, kBytes);
+  prefer_max_carveout(kernel);  // two small-tile blocks (46 KB each); a big-tile block (55 KB)
   kernel<<<dim3(b.n_tiles, entries, parts), kThreads, kBytes, stream>>>(p, pass, w, b, first_entry);
 }
 

@@ -28,6 +28,7 @@
 #include "kernels/common/checked.cuh"
 #include "kernels/common/half_bits.cuh"
 #include "kernels/common/search.h"
+#include "kernels/common/smem.cuh"
 #include "kernels/common/varlen.cuh"
 #include "kernels/qsa_attn/qsa_attn.h"
 
@@ -77,7 +78,7 @@ struct __align__(32) Smem {
   int32_t row_len[kMaxRows];
 };
 
-static_assert(sizeof(Smem<256, 2>) <= 96 * 1024 && sizeof(Smem<128, 2>) <= 96 * 1024,
+static_assert(sizeof(Smem<256, 2>) <= kV100SmemBytes && sizeof(Smem<128, 2>) <= kV100SmemBytes,
               "a V100 block holds at most 96 KB");
 
 using Tile = VarlenTile;
@@ -508,7 +509,7 @@ __host__ __device__ constexpr int tile_rows(int mf, int group) {
 template <int D, int MF>
 constexpr int blocks_per_sm() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
-  constexpr int kSmemPerSm = 96 * 1024;
+  constexpr int kSmemPerSm = kV100SmemBytes;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   constexpr int kSmemPerSm = 64 * 1024;
 #elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
@@ -568,9 +569,7 @@ template <int D, int MF>
 int32_t launch(const Params &p, cudaStream_t stream) {
   const int group = p.q_heads / p.kv_heads;
   const dim3 grid(varlen_slots(p.rows, tile_rows(MF, group), p.requests), p.kv_heads);
-  // Above the 48 KB default: a function attribute, not a stream operation, so capture-safe.
-  cudaFuncSetAttribute(qsa_attn_wmma<D, MF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       sizeof(Smem<D, MF>));
+  allow_dynamic_smem(qsa_attn_wmma<D, MF>, sizeof(Smem<D, MF>));
   qsa_attn_wmma<D, MF><<<grid, kThreads, sizeof(Smem<D, MF>), stream>>>(p, group);
   return static_cast<int32_t>(cudaGetLastError());
 }

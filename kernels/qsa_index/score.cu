@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "kernels/common/smem.cuh"
 #include "kernels/qsa_index/key_staging.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 
@@ -49,7 +50,7 @@ struct __align__(32) Smem {
   float threshold[kTileRows];
   int32_t len[kTileRows];  // keys each row sees (causal bound)
 };
-static_assert(3 * sizeof(Smem) <= 96 * 1024, "static shared memory, three blocks per V100 SM");
+static_assert(3 * sizeof(Smem) <= kV100SmemBytes, "static shared memory, three blocks per V100 SM");
 
 using Tile = VarlenTile;
 
@@ -300,10 +301,7 @@ int groups_per_block(const Params &p, int c0, int c1, int stride, int min_groups
 template <Pass kPass>
 void launch_score(const Params &p, int c0, int c1, const Workspace &w, int groups, const dim3 &grid,
                   cudaStream_t stream) {
-  // Three blocks of 31 KB per V100 SM need the largest shared-memory carveout (a function
-  // attribute, not a stream operation: capture-safe).
-  cudaFuncSetAttribute(qsa_index_score_wmma<kPass>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                       100);
+  prefer_max_carveout(qsa_index_score_wmma<kPass>);  // three blocks of 31 KB per V100 SM
   qsa_index_score_wmma<kPass><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
 }
 

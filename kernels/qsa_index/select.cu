@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/common/radix_select.cuh"
+#include "kernels/common/smem.cuh"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 
 namespace sm70ops::qsa_index {
@@ -64,7 +65,7 @@ struct SelectSmem {
   float w[kHeads];
   uint32_t cand_count;
 };
-static_assert(sizeof(SelectSmem) <= 96 * 1024, "a V100 block holds at most 96 KB");
+static_assert(sizeof(SelectSmem) <= kV100SmemBytes, "a V100 block holds at most 96 KB");
 
 __device__ __forceinline__ void mark_position(int pos, SelectSmem &s) {
   atomicOr(&s.bitmap[pos >> 5], 1u << (pos & 31));
@@ -388,10 +389,7 @@ void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaS
 }
 
 void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  // Above the 48 KB default: opting in is a function attribute, not a stream operation, so it
-  // is also safe while a graph is being captured.
-  cudaFuncSetAttribute(qsa_index_select, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       sizeof(SelectSmem));
+  allow_dynamic_smem(qsa_index_select, sizeof(SelectSmem));
   qsa_index_select<<<c1 - c0, kThreads, sizeof(SelectSmem), stream>>>(p, c0, w);
 }
 

@@ -1,0 +1,30 @@
+// Shared memory: the V100 budget every kernel's blocks are sized against, and what a launcher
+// sets before it launches (function attributes, not stream operations: both are also safe while
+// a graph is being captured).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace sm70ops {
+
+// A V100 SM's shared memory at the largest carveout, which is also the most one block may use.
+constexpr int kV100SmemBytes = 96 * 1024;
+
+// Dynamic shared memory above the default 48 KB is opted into per kernel.
+template <class Kernel>
+void allow_dynamic_smem(Kernel *kernel, size_t bytes) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(bytes));
+}
+
+// A kernel that needs more than one block's shared memory on an SM (several blocks per SM) asks
+// for the largest carveout, at the price of L1: the driver's default need not reserve that much.
+template <class Kernel>
+void prefer_max_carveout(Kernel *kernel) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                       cudaSharedmemCarveoutMaxShared);
+}
+
+}  // namespace sm70ops
