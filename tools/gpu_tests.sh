@@ -14,9 +14,8 @@ tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:lifecycl
 label_path() { local l=${1#//}; echo "${l/://}"; }  # //a/b:c -> a/b/c
 
 pack() {
-  local config=()
-  [ "${SM70OPS_CONFIG:-}" = sm70 ] && config=(--config=sm70)  # the V100 release build
-  bazel build "${config[@]}" //:sm70ops //integration/cli:sm70ops "${tests[@]}" >/dev/null 2>&1 ||
+  source tools/build_config.sh
+  bazel build "${build_config[@]}" //:sm70ops //integration/cli:sm70ops "${tests[@]}" >/dev/null 2>&1 ||
     { echo "gpu_tests: build failed"; exit 1; }
   rm -rf .device && mkdir -p .device
   cp bazel-bin/libsm70ops.so bazel-bin/integration/cli/sm70ops .device/

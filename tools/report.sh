@@ -12,9 +12,8 @@ bash tools/setup.sh
 # release build, so there it is the default.
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d .) || true
 [ -z "${SM70OPS_CONFIG:-}" ] && [ "$cc" = 70 ] && export SM70OPS_CONFIG=sm70
-config=()
-[ "${SM70OPS_CONFIG:-}" = sm70 ] && config=(--config=sm70)
-bazel build "${config[@]}" //:sm70ops //integration/cli:sm70ops 2>&1 | grep -E "ERROR|error:" || true
+source tools/build_config.sh
+bazel build "${build_config[@]}" //:sm70ops //integration/cli:sm70ops 2>&1 | grep -E "ERROR|error:" || true
 cli=bazel-bin/integration/cli/sm70ops
 "$cli" info
 "$cli" check
