@@ -26,15 +26,15 @@ static void log_setting(void *user, sm70ops_log_level level, const char *text) {
 }
 
 /* The library carries SASS only (no PTX): a device whose compute capability is not in the build's
- * list cannot run any kernel, so every op must decline rather than fail in execute. */
-static void note_missing_code(sm70ops_context *ctx) {
+ * list cannot run any kernel. Writes why into `note`, or "" when the build has code for `cc`. */
+static void note_missing_code(int32_t cc, char *note, size_t bytes) {
+  note[0] = '\0';
   for (int i = 0; i < sm70_build_arch_count; ++i) {
-    if (sm70_build_archs[i] == ctx->compute_capability) return;
+    if (sm70_build_archs[i] == cc) return;
   }
-  snprintf(ctx->no_code_note, sizeof(ctx->no_code_note),
-           "this build carries code for %s only, none for compute capability %d.%d%s",
-           sm70_build_sm_list, ctx->compute_capability / 10, ctx->compute_capability % 10,
-           ctx->compute_capability == 70 ? ": a V100 needs the sm70 build (--config=sm70)" : "");
+  snprintf(note, bytes, "this build carries code for %s only, none for compute capability %d.%d%s",
+           sm70_build_sm_list, cc / 10, cc % 10,
+           cc == 70 ? ": a V100 needs the sm70 build (--config=sm70)" : "");
 }
 
 /* Asks the CUDA runtime for the device's compute capability; no device is not an error. */
@@ -49,13 +49,39 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
              ctx->device_ordinal, count);
     return sm70_ok();
   }
-  /* Two device attributes, not cudaGetDeviceProperties: on the H200 test machine that call
-   * grew host memory by about 100 KB per context (1000 create/destroy cycles, measured). */
-  if (sm70_cuda_compute_capability(ctx->device_ordinal, &ctx->compute_capability, &err) != 0) {
+  /* Device attributes, not cudaGetDeviceProperties: on the H200 test machine that call grew
+   * host memory by about 100 KB per context (1000 create/destroy cycles, measured). */
+  if (sm70_cuda_compute_capability(ctx->device_ordinal, &ctx->compute_capability, &err) != 0 ||
+      sm70_cuda_smem_per_block(ctx->device_ordinal, &ctx->device_smem_per_block, &err) != 0) {
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   }
-  note_missing_code(ctx);
+  /* Every op declines with this note rather than fail in execute (see common_gates). */
+  note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
   return sm70_ok();
+}
+
+/* The device the context serves, at creation; a warning when its ops cannot run there. A context
+ * given its capability plans without asking about code, so it is warned here instead. */
+static void log_device(const sm70ops_context *ctx) {
+  const int32_t cc = ctx->compute_capability;
+  if (cc == 0) {
+    sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s: every op will decline", ctx->no_device_note);
+    return;
+  }
+  const int32_t allowed = sm70_context_arch_allowed(ctx);
+  sm70_log(ctx, SM70OPS_LOG_INFO,
+           "sm70ops: device %d, compute capability %d.%d%s, %u KB of shared memory per block%s",
+           ctx->device_ordinal, cc / 10, cc % 10,
+           ctx->capability_from_host ? " (given by the host)" : "",
+           sm70_context_smem_per_block(ctx) / 1024,
+           allowed ? "" : ": not SM70, every op will decline");
+  char no_code[sizeof(ctx->no_code_note)];
+  note_missing_code(cc, no_code, sizeof(no_code));
+  if (!allowed || no_code[0] == '\0') return;
+  sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", no_code,
+           ctx->capability_from_host
+               ? "; checks answer from shapes and policy alone, execute on such a device fails"
+               : ": every op will decline");
 }
 
 /* The mapped error record; on a machine without a device checked mode stays off, logged. */
@@ -120,14 +146,7 @@ sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_con
   } else if (ctx->settings.checked) {
     enable_checked_mode(ctx);
   }
-  if (ctx->compute_capability == 0) {
-    sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s: every op will decline", ctx->no_device_note);
-  } else {
-    sm70_log(ctx, SM70OPS_LOG_INFO, "sm70ops: device %d, compute capability %d.%d%s%s",
-             ctx->device_ordinal, ctx->compute_capability / 10, ctx->compute_capability % 10,
-             ctx->capability_from_host ? " (given by the host)" : "",
-             sm70_context_arch_allowed(ctx) ? "" : ": not SM70, every op will decline");
-  }
+  log_device(ctx);
   *out = ctx;
   return sm70_ok();
 }
@@ -174,7 +193,10 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx) {
                    checked_what(kind), (long long)seen.value, (long long)seen.bound, seen.row);
 }
 
-uint32_t sm70_smem_per_block(int32_t cc) {
+/* CUDA's sharedMemPerBlockOptin per compute capability, for a context given its capability (no
+ * device to ask): 48 KB, what every architecture gives without opting in, for one it does not
+ * know. */
+static uint32_t known_smem_per_block(int32_t cc) {
   static const struct {
     int32_t cc;
     uint32_t kib;
@@ -184,6 +206,11 @@ uint32_t sm70_smem_per_block(int32_t cc) {
     if (kLimits[i].cc == cc) return kLimits[i].kib * 1024u;
   }
   return 48u * 1024u;
+}
+
+uint32_t sm70_context_smem_per_block(const sm70ops_context *ctx) {
+  if (ctx->capability_from_host) return known_smem_per_block(ctx->compute_capability);
+  return ctx->device_smem_per_block;
 }
 
 int32_t sm70_context_arch_allowed(const sm70ops_context *ctx) {

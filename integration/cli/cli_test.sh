@@ -44,15 +44,15 @@ grep -q 'no CUDA device' "${out}" && gpu_present=0
 expect_exit 0 --library "${plugin}" check --cc 70
 expect_table
 expect_line 'compute capability 7\.0 \(--cc'
-# A plan for a GPU this build has no code for says so above the table.
+# A plan for a GPU this build has no code for shows the plugin's warning about it.
 expect_exit 0 --library "${plugin}" info
 if grep -Eq '^SASS: +(.*,)?sm_70(,|$)' "${out}"; then
   expect_exit 0 --library "${plugin}" check --cc 70
-  grep -q '^note: ' "${out}" && fail "a note for a build that carries sm_70: $(cat "${out}")"
+  grep -q 'this build carries' "${out}" && fail "a warning for a build with sm_70: $(cat "${out}")"
 else
   expect_exit 0 --library "${plugin}" check --cc 70
-  expect_line '^note: +this build carries sm_[0-9,sm_]+ only: on such a device every op declines'
-  expect_line 'A V100 needs the sm70 build'
+  expect_line '^\[warn\] sm70ops: this build carries code for sm_[0-9,sm_]+ only, none for compute'
+  expect_line 'capability 7\.0: a V100 needs the sm70 build \(--config=sm70\); checks answer from'
 fi
 
 expect_exit 0 --library "${plugin}" check --tp 1
@@ -60,6 +60,7 @@ expect_table
 if [[ "${gpu_present}" == 0 ]]; then
   expect_line '^qsa_attn +32K +8192 x 2048 +decline +- +- +NO_DEVICE +no CUDA device$'
   expect_line '^0 of 12 accepted: 12 declined \(NO_DEVICE 12\)$'
+  expect_line '^\[warn\] sm70ops: no CUDA device: every op will decline$'
   expect_exit 2 --library "${plugin}" bench qsa_attn
   expect_line '^bench: needs a CUDA GPU \(none found\)$'
 fi

@@ -58,6 +58,15 @@ extern "C" int32_t sm70_cuda_compute_capability(int32_t ordinal, int32_t *cc,
   return report(status, "cudaDeviceGetAttribute", err);
 }
 
+extern "C" int32_t sm70_cuda_smem_per_block(int32_t ordinal, uint32_t *bytes,
+                                            sm70_cuda_error *err) {
+  int value = 0;
+  cudaError_t status =
+      cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal);
+  *bytes = static_cast<uint32_t>(value);
+  return report(status, "cudaDeviceGetAttribute", err);
+}
+
 extern "C" int32_t sm70_cuda_enter(int32_t ordinal, int32_t *previous, sm70_cuda_error *err) {
   int current = 0;
   cudaError_t status = cudaGetDevice(&current);

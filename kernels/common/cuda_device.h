@@ -33,6 +33,10 @@ int32_t sm70_cuda_device_props(int32_t ordinal, sm70_cuda_props *props, sm70_cud
 /* Compute capability (major*10+minor) from device attributes: cheap enough for every execute. */
 int32_t sm70_cuda_compute_capability(int32_t ordinal, int32_t *cc, sm70_cuda_error *err);
 
+/* The most shared memory one block may opt into, in bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin,
+ * CUDA's sharedMemPerBlockOptin), from a device attribute like the compute capability. */
+int32_t sm70_cuda_smem_per_block(int32_t ordinal, uint32_t *bytes, sm70_cuda_error *err);
+
 /* Makes `ordinal` current and remembers the caller's device in *previous, for sm70_cuda_leave. */
 int32_t sm70_cuda_enter(int32_t ordinal, int32_t *previous, sm70_cuda_error *err);
 int32_t sm70_cuda_leave(int32_t previous, sm70_cuda_error *err);

@@ -1,6 +1,7 @@
 // abi.md item 4 for sm70ops_context_desc: creation with an explicit compute capability (no CUDA),
 // and every malformed descriptor refused cleanly with *out NULL.
 #include <cstring>
+#include <string>
 
 #include "tests/abi/plugin_loader.h"
 
@@ -28,6 +29,18 @@ TEST_F(Abi_Context, ExplicitCapabilityNeedsNoDevice) {
   ContextPtr ctx = MakeContext(api(), 70);
   EXPECT_NE(ctx, nullptr);
   EXPECT_STREQ(api().last_error(), "");
+}
+
+// A plan for a GPU this build has no code for answers from shapes and policy alone, so the
+// context warns at creation (sm70ops check shows it); a build that carries sm_70 does not.
+TEST_F(Abi_Context, ExplicitCapabilityWithoutCodeWarns) {
+  sm70ops_identity id = {};
+  id.struct_size = sizeof(id);
+  ASSERT_EQ(api().get_identity(&id), SM70OPS_OK);
+  const bool has_sm70 = std::string(id.sm_list).find("sm_70") != std::string::npos;
+  LogCapture log;
+  ContextPtr ctx = MakeContext(api(), 70, &log);
+  EXPECT_EQ(log.Has("none for compute capability 7.0", SM70OPS_LOG_WARN), !has_sm70) << log.Dump();
 }
 
 TEST_F(Abi_Context, NullDescIsInvalid) { ExpectRefused(nullptr); }

@@ -21,12 +21,22 @@ std::string LibraryPath() {
   return std::string(srcdir ? srcdir : ".") + "/sm70ops/libsm70ops.so";
 }
 
-sm70ops_host *Open(int32_t compute_capability) {
+void AppendLine(void *log, sm70ops_log_level, const char *message) {
+  *static_cast<std::string *>(log) += std::string(message) + "\n";
+}
+
+// With `log`, every message of the loader and the plugin is appended to it.
+sm70ops_host *Open(int32_t compute_capability, std::string *log = nullptr) {
   const std::string path = LibraryPath();
   sm70ops_host_options options = {};
   options.struct_size = sizeof(options);
   options.library_path = path.c_str();
   options.compute_capability = compute_capability;
+  if (log != nullptr) {
+    options.log_level = SM70OPS_LOG_DEBUG;
+    options.log_fn = AppendLine;
+    options.log_user_data = log;
+  }
   sm70ops_host *host = nullptr;
   char err[512] = "";
   EXPECT_EQ(sm70ops_host_open(&options, &host, err, sizeof(err)), SM70OPS_OK) << err;
@@ -63,6 +73,22 @@ TEST(SM70_Lifecycle, ForkAfterCapabilityQueriesThenCudaInChild) {
   ASSERT_TRUE(WIFEXITED(status)) << "the child died";
   if (WEXITSTATUS(status) == kChildNoDevice) GTEST_SKIP() << "needs a CUDA GPU: no CUDA device";
   EXPECT_EQ(WEXITSTATUS(status), kChildOk);
+}
+
+// A context on the real device holds its blocks to the device's own shared memory limit, not to
+// the plugin's table for its compute capability; the creation log names the limit it read.
+TEST(SM70_Lifecycle, DeviceContextReadsTheSharedMemoryLimit) {
+  SM70OPS_REQUIRE_GPU();
+  int optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+            cudaSuccess);
+  std::string log;
+  sm70ops_host *host = Open(0, &log);
+  ASSERT_NE(host, nullptr);
+  sm70ops_host_close(host);
+  EXPECT_NE(log.find(", " + std::to_string(optin / 1024) + " KB of shared memory per block"),
+            std::string::npos)
+      << log;
 }
 
 // What a process holds: resident set, malloc'd bytes in use, and mappings (a library or
