@@ -1,5 +1,6 @@
 // What the GPU tests share: the plugin opened the way an engine opens it (integration/host), the
-// device, device buffers poisoned before each run, and DLTensor views with explicit strides.
+// device, device buffers poisoned before each run, strided inputs with poisoned padding, and
+// DLTensor views with explicit strides.
 // Without a CUDA device every GPU test skips with a printed reason (GTEST_SKIP).
 #ifndef SM70OPS_TESTS_GPU_GPU_ENV_H_
 #define SM70OPS_TESTS_GPU_GPU_ENV_H_
@@ -7,6 +8,7 @@
 #include <dlpack/dlpack.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -68,6 +70,20 @@ DeviceBuffer Uploaded(const std::vector<T> &host) {
   DeviceBuffer buf(host.size() * sizeof(T));
   buf.Upload(host.data(), host.size() * sizeof(T));
   return buf;
+}
+
+// fp16 quiet NaN: what padding around an input view holds, so a kernel that reads past the view
+// turns its result NaN and fails the comparison.
+constexpr uint16_t kNanHalf = 0x7e00;
+
+// Rows of `dense` [rows, cols] at `stride` elements, after `offset` elements: the buffer under a
+// strided view (stride >= cols, byte_offset = offset * sizeof(T)), everything else `fill`.
+template <typename T>
+std::vector<T> Strided(const std::vector<T> &dense, int64_t rows, int64_t cols, int64_t stride,
+                       int64_t offset, T fill) {
+  std::vector<T> out(offset + rows * stride, fill);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(&dense[r * cols], cols, &out[offset + r * stride]);
+  return out;
 }
 
 // A DLTensor view that owns its shape and strides (elements).

@@ -241,24 +241,6 @@ std::vector<double> Reference(const Case &c, const Inputs &in) {
 
 // ---- Device side
 
-template <typename T>
-DeviceBuffer Uploaded(const std::vector<T> &host) {
-  DeviceBuffer buf(host.size() * sizeof(T));
-  buf.Upload(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
-// Rows of `dense` [rows, cols] at `stride` elements, after `offset` elements of padding.
-template <typename T>
-std::vector<T> Strided(const std::vector<T> &dense, int64_t rows, int64_t cols, int64_t stride,
-                       int64_t offset, T fill) {
-  std::vector<T> out(offset + rows * stride, fill);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::copy_n(&dense[r * cols], cols, &out[offset + r * stride]);
-  }
-  return out;
-}
-
 // Everything on the device for one case, and the argument structs that point at it.
 class Device {
  public:
@@ -266,9 +248,9 @@ class Device {
       : c_(c),
         x_stride_(c.hidden + c.x_row_pad),
         k_stride_(c.topk + c.ids_row_pad),
-        x_(Uploaded(Strided<uint16_t>(in.x, c.tokens, c.hidden, x_stride_, kOffset, 0x7e00))),
-        ids_(Uploaded(Strided<int32_t>(in.ids, c.tokens, c.topk, k_stride_, 0, -7))),
-        weights_(Uploaded(Strided<float>(in.weights, c.tokens, c.topk, k_stride_, 0, NAN))),
+        x_(Uploaded(Strided(in.x, c.tokens, c.hidden, x_stride_, kOffset, kNanHalf))),
+        ids_(Uploaded(Strided(in.ids, c.tokens, c.topk, k_stride_, 0, -7))),
+        weights_(Uploaded(Strided(in.weights, c.tokens, c.topk, k_stride_, 0, NAN))),
         out_(size_t(kOffset + int64_t(c.tokens) * x_stride_) * 2),
         w13_(Uploaded(in.w.w13)),
         w13_scale_(Uploaded(in.w.w13_scale)),

@@ -181,12 +181,10 @@ class AttnRun {
       : T_(in.rows), Hq_(c.q_heads), D_(c.head_dim), q_row_(Hq_ * D_ + c.q_row_pad) {
     const int64_t Hkv = c.kv_heads, R = int64_t(c.requests.size()), P = in.num_pages;
     const int64_t nb = in.sel.nb;
-    std::vector<uint16_t> q_host(T_ * q_row_, 0x7e00);
-    for (int64_t t = 0; t < T_; ++t)
-      std::copy_n(&in.q[t * Hq_ * D_], Hq_ * D_, &q_host[t * q_row_]);
+    q_ = Uploaded(Strided(in.q, T_, Hq_ * D_, q_row_, 0, kNanHalf));
     std::vector<uint16_t> kv_host(in.kv.k);  // k then v: one [2, P, 64, Hkv, D] buffer
     kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
-    q_ = Uploaded(q_host), kv_ = Uploaded(kv_host);
+    kv_ = Uploaded(kv_host);
     k_only_ = Uploaded(in.kv.k), v_only_ = Uploaded(in.kv.v);
     qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
     table_ = Uploaded(in.meta.block_table);
@@ -396,6 +394,11 @@ INSTANTIATE_TEST_SUITE_P(
              true},
         Case{"d128_g8_hkv2", {{20, 1500}}, 16, 2, 128, 512, Pick::kRealistic},
         Case{"d128_g1", {{33, 800}}, 2, 2, 128, 256, Pick::kClustered},
+        // Group 1 at D 256 (one 16-row fragment, tiles of 16 rows): request 0 fills a tile and
+        // part of a second, request 1 part of its own; both contexts longer than top-k.
+        Case{"d256_g1_batch2", {{19, 2500}, {6, 700}}, 2, 2, 256, 512, Pick::kRealistic},
+        // The whole model's TP1 shape (ops.md: 16 query heads, 2 KV heads, D 256).
+        Case{"tp1_realistic", {{23, 3000}}, 16, 2, 256, 2048, Pick::kRealistic},
         Case{"d256_g16_all", {{5, 400}}, 16, 1, 256, 4096, Pick::kAll},
         Case{"d128_g3", {{11, 1000}}, 6, 2, 128, 256, Pick::kSparse}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });

@@ -158,19 +158,13 @@ class IndexRun {
     const int64_t R = int64_t(c.requests.size());
     // q as a strided view at a byte offset inside a larger buffer.
     const int64_t q_row = kHeads * kDim + c.q_row_pad, q_offset_halves = 128;
-    std::vector<uint16_t> q_host(q_offset_halves + T_ * q_row, 0x7e00);
-    for (int64_t t = 0; t < T_; ++t) {
-      std::copy_n(&in.q[t * kHeads * kDim], kHeads * kDim, &q_host[q_offset_halves + t * q_row]);
-    }
+    q_ = Uploaded(Strided(in.q, T_, kHeads * kDim, q_row, q_offset_halves, kNanHalf));
     // k_index with k_token_pad NaN halves after each key row; a padded view also starts 16
     // bytes into its buffer (16- but not 32-byte aligned).
     const int64_t k_row = kDim + c.k_token_pad, k_rows = int64_t(in.num_pages) * kPage;
     const int64_t k_offset_halves = c.k_token_pad > 0 ? 8 : 0;
-    std::vector<uint16_t> k_host(k_offset_halves + k_rows * k_row, 0x7e00);
-    for (int64_t j = 0; j < k_rows; ++j) {
-      std::copy_n(&in.k[j * kDim], kDim, &k_host[k_offset_halves + j * k_row]);
-    }
-    q_ = Uploaded(q_host), w_ = Uploaded(in.w), k_ = Uploaded(k_host);
+    k_ = Uploaded(Strided(in.k, k_rows, kDim, k_row, k_offset_halves, kNanHalf));
+    w_ = Uploaded(in.w);
     qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
     table_ = Uploaded(in.meta.block_table);
     topk_ = DeviceBuffer(T_ * K_ * 4), blocks_ = DeviceBuffer(T_ * nb_ * 4);
