@@ -43,25 +43,30 @@ def cuda_torch(command):
     return torch
 
 
-def print_comparison(keys, errors, rows, limit):
-    """The plugin-vs-generic table of a bench: per row its `keys` cells ({header: (width, text
-    of the row)}), plugin and generic ms, the speed-up and its `errors` cells (same form, None
-    for a declined row's); a declined row shows its note. Returns how many rows' first error
-    exceeds `limit`."""
+def _check_cell(value, width):
+    """A float as an error (1.23e-04), anything else as text, right-aligned in `width`."""
+    return f"{value:{width}.2e}" if isinstance(value, float) else f"{value:>{width}}"
+
+
+def print_comparison(keys, checks, rows, limit=None):
+    """The plugin-vs-generic table of every bench: per row its `keys` cells ({header: (width,
+    cell)}, cell(row) its value), plugin and generic ms, the speed-up and its `checks` cells
+    (same form: a float error or a text verdict); a declined row (plugin_ms None) shows its note
+    instead. Returns how many rows' first check exceeds `limit` (0 without one)."""
     print(" ".join(f"{h:>{w}}" for h, (w, _) in keys.items())
           + f" {'plugin ms':>10} {'generic ms':>11} {'speed-up':>9} "
-          + " ".join(f"{h:>{w}}" for h, (w, _) in errors.items()))
+          + " ".join(f"{h:>{w}}" for h, (w, _) in checks.items()))
     failed = 0
     for r in rows:
         cells = " ".join(f"{cell(r):>{w}}" for w, cell in keys.values())
         if r.plugin_ms is None:
             print(f"{cells} {'-':>10} {r.generic_ms:11.3f}  declined: {r.note}")
             continue
-        values = [cell(r) for _, cell in errors.values()]
-        failed += not values[0] <= limit
+        values = [cell(r) for _, cell in checks.values()]
+        failed += limit is not None and not values[0] <= limit
         print(f"{cells} {r.plugin_ms:10.3f} {r.generic_ms:11.3f} "
               f"{r.generic_ms / r.plugin_ms:8.2f}x "
-              + " ".join(f"{v:{w}.2e}" for (w, _), v in zip(errors.values(), values)))
+              + " ".join(_check_cell(v, w) for (w, _), v in zip(checks.values(), values)))
     return failed
 
 
@@ -149,7 +154,7 @@ def _measure(torch, ctx, x, keys):
     d = ctx.check("qsa_index", args)
     row = Row(keys, None, median_ms(torch, run_generic))
     if not d.accepted:
-        row.note = f"plugin declined: {d.reason}: {d.message}"
+        row.note = f"{d.reason}: {d.message}"
         return row
     workspace = torch.empty(max(d.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
     stream = torch.cuda.current_stream()
@@ -168,23 +173,10 @@ def _measure(torch, ctx, x, keys):
 
 
 def _check_text(row):
-    if row.plugin_ms is None:
-        return "-"
     if row.differing == 0:
         return "same"
     failed = row.differing - row.excused
     return f"{row.excused} near-tie rows" + (f", {failed} MISMATCH" if failed else "")
-
-
-def _print_table(rows):
-    print(f"{'keys':>8} {'plugin ms':>10} {'generic ms':>11} {'speed-up':>9}  topk_idx check")
-    for r in rows:
-        plugin = f"{r.plugin_ms:10.3f}" if r.plugin_ms is not None else f"{'-':>10}"
-        speedup = f"{r.generic_ms / r.plugin_ms:8.2f}x" if r.plugin_ms else f"{'-':>9}"
-        print(f"{r.keys:>8} {plugin} {r.generic_ms:11.3f} {speedup}  {_check_text(r)}")
-    for r in rows:
-        if r.note:
-            print(f"  {r.keys} keys: {r.note}")
 
 
 def _print_verdict(rows):
@@ -243,7 +235,7 @@ def main(opts):
               f"x keys, K = {TOPK}, median of {REPS} after {WARMUP} warm-up")
         x = _inputs(torch)
         rows = [_measure(torch, ctx, x, keys) for keys in KEYS]
-    _print_table(rows)
+    print_comparison({"keys": (8, lambda r: r.keys)}, {"topk_idx check": (14, _check_text)}, rows)
     code = _print_verdict(rows)
     timed = [r for r in rows if r.plugin_ms is not None]
     series = {"generic (torch)": ([r.keys for r in rows], [r.generic_ms for r in rows]),

@@ -2,8 +2,8 @@
 what an engine runs when the plugin declines. They run on CPU or CUDA tensors, read the varlen
 metadata and the routed experts on the host (device-to-host copies, so they synchronise) and
 bound their large temporaries by working in row chunks (a few times SCRATCH_ELEMENTS; a request's
-gathered K/V context comes on top). Each function imports torch itself, so the package imports
-without it.
+gathered K/V context, or the MoE's fp32 sum [T, H], comes on top). Each function imports torch
+itself, so the package imports without it.
 
 Shapes as in ops.md: T rows, R requests, 64-token pages; query_start_loc [R+1] int32,
 seq_lens [R] int32 (context including this chunk), block_table [R, max_pages] int32. Row i of
@@ -311,45 +311,42 @@ def _expert_weights(e, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):
 
 def _routed_sum(x, topk_ids, topk_weights, experts, expert_weights):
     """out [T, H] fp16 = sum_j topk_weights[t,j] * y_e(x[t]) in fp32, with (w_in, w_out) =
-    expert_weights(e) for each routed expert e; y_e is computed in the weights' dtype. Token
-    chunks keep the T x k gathered rows within SCRATCH_ELEMENTS (expert_weights is asked again
-    per chunk)."""
+    expert_weights(e) for each routed expert e; y_e is computed in the weights' dtype. The
+    (token, slot) pairs are sorted by expert once; each routed expert's weights are asked for
+    once, and its pairs go through in chunks that keep the gathered rows within
+    SCRATCH_ELEMENTS. The fp32 sum [T, H] is held for the whole call."""
     import torch
 
     ids = topk_ids.long()
     if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < experts:
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise ValueError(f"nvfp4_moe: topk_ids holds expert {bad}, outside 0..{experts - 1}")
-    out = torch.empty(x.shape, dtype=torch.float16, device=x.device)
-    for t0, t1 in _row_chunks(x.shape[0], ids.shape[1] * x.shape[1]):
-        out[t0:t1] = _routed_chunk(x[t0:t1], ids[t0:t1], topk_weights[t0:t1], experts,
-                                   expert_weights)
-    return out
-
-
-def _routed_chunk(x, ids, topk_weights, experts, expert_weights):
-    """_routed_sum on one token chunk: the (token, slot) pairs sorted by expert once, so each
-    expert reads one contiguous slice."""
-    import torch
-
     flat = ids.flatten()
     order = flat.argsort(stable=True)
-    counts = torch.bincount(flat, minlength=experts).tolist()
     token = order // ids.shape[1]
-    routed = x[token]
-    y = torch.empty(routed.shape, dtype=torch.float32, device=x.device)
+    pair_weight = topk_weights.flatten()[order].float().unsqueeze(1)
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     end = 0
-    for e, n in enumerate(counts):
+    for e, n in enumerate(torch.bincount(flat, minlength=experts).tolist()):
         if n == 0:
             continue
         begin, end = end, end + n
         w_in, w_out = expert_weights(e)
-        inter = w_in.shape[0] // 2
-        h = routed[begin:end].to(w_in.dtype) @ w_in.t()
-        y[begin:end] = (torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]) @ w_out.t()
-    y *= topk_weights.flatten()[order].float().unsqueeze(1)
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    return out.index_add_(0, token, y).to(torch.float16)
+        for a, b in _row_chunks(n, x.shape[1]):
+            rows = slice(begin + a, begin + b)
+            out.index_add_(0, token[rows], _expert_ffn(x[token[rows]], w_in, w_out)
+                           * pair_weight[rows])
+    return out.to(torch.float16)
+
+
+def _expert_ffn(x, w_in, w_out):
+    """(silu(x W_gate^T) * (x W_up^T)) W_out^T in the weights' dtype, W_gate and W_up the halves
+    of w_in [2I, H]."""
+    import torch
+
+    inter = w_in.shape[0] // 2
+    h = x.to(w_in.dtype) @ w_in.t()
+    return (torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]) @ w_out.t()
 
 
 def nvfp4_moe(x, topk_ids, topk_weights, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2):

@@ -21,22 +21,22 @@ PLUGIN = "plugin"
 
 
 class TorchOps:
-    """Per-op dispatch between the plugin and generic.py. Not thread-safe, and one workspace per
-    device: calls on different streams of one device must be ordered by the caller."""
+    """Per-op dispatch between the plugin and generic.py. Not thread-safe, and one workspace (a
+    context serves one device): calls on different streams must be ordered by the caller."""
 
     def __init__(self, ctx=None):
         self.ctx = ctx
         self.paths = collections.Counter()  # (op, "plugin" or "generic: REASON") -> calls
-        self._workspaces = {}  # device -> uint8 tensor
+        self._workspace = None  # uint8 tensor on the context's device, grown on demand
 
-    def _workspace_for(self, size, device):
+    def _workspace_for(self, size):
+        """The workspace, replaced by a larger one when `size` bytes do not fit in it."""
         import torch
 
-        held = self._workspaces.get(device)
-        if held is None or held.numel() < size:
-            held = self._workspaces[device] = torch.empty(max(size, 1), dtype=torch.uint8,
-                                                          device=device)
-        return held
+        if self._workspace is None or self._workspace.numel() < size:
+            self._workspace = torch.empty(max(size, 1), dtype=torch.uint8,
+                                          device=torch.device("cuda", self.ctx.device))
+        return self._workspace
 
     def _plugin_ran(self, op, args, device):
         """Runs `op` on the plugin when its check accepts; False (and why, in paths) if not."""
@@ -50,7 +50,7 @@ class TorchOps:
         import torch
 
         self.ctx.execute(op, args, torch.cuda.current_stream(device),
-                         self._workspace_for(d.workspace_bytes, device), d.workspace_bytes)
+                         self._workspace_for(d.workspace_bytes), d.workspace_bytes)
         self.paths[op, PLUGIN] += 1
         return True
 

@@ -22,3 +22,17 @@ def test_table_counts_rows_past_the_limit_and_shows_declines(capsys):
     assert lines[2].split() == ["32768", "2.000", "20.000", "10.00x", "9.00e-03"]
     assert lines[3].split()[:3] == ["131072", "-", "40.000"]
     assert lines[3].endswith("declined: ARCH: no SASS for this GPU")
+
+
+def test_text_checks_show_as_text_and_count_nothing_without_a_limit(capsys):
+    rows = [row(1024, 0.5, 2.0, "same"), row(2048, 0.25, 4.0, "3 near-tie rows, 1 MISMATCH"),
+            row(4096, None, 8.0, None, "ARCH: no SASS for this GPU")]
+    failed = print_comparison({"keys": (8, lambda r: r.key)},
+                              {"topk_idx check": (14, lambda r: r.err)}, rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert failed == 0
+    assert lines[0].split()[-2:] == ["topk_idx", "check"]
+    assert lines[1].split() == ["1024", "0.500", "2.000", "4.00x", "same"]
+    assert lines[2].endswith("16.00x 3 near-tie rows, 1 MISMATCH")
+    assert lines[3].split()[:3] == ["4096", "-", "8.000"]
+    assert lines[3].endswith("declined: ARCH: no SASS for this GPU")

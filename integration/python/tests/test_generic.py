@@ -183,15 +183,20 @@ def random_moe(torch, seed, experts=4, hidden=32, inter=16, tokens=5, topk=2):
     return x, ids, weights, w
 
 
-def test_nvfp4_moe_matches_the_reference(torch):
-    x, ids, weights, w = random_moe(torch, 5)
-    out = generic.nvfp4_moe(x, ids, weights, **w)
+def moe_error(out, x, ids, weights, w):
+    """rel-L2 of out [T, H] against the reference on the same inputs."""
     want = ref.nvfp4_moe(x.float().tolist(), ids.tolist(), weights.tolist(),
                          *(w[n].tolist() for n in ("w13", "w13_scale", "w13_scale_2", "w2",
                                                    "w2_scale", "w2_scale_2")))
-    assert out.dtype == torch.float16 and out.shape == x.shape
     got = [v for row in out.float().tolist() for v in row]
-    assert rel_l2(got, [v for row in want for v in row]) <= 5e-3
+    return rel_l2(got, [v for row in want for v in row])
+
+
+def test_nvfp4_moe_matches_the_reference(torch):
+    x, ids, weights, w = random_moe(torch, 5)
+    out = generic.nvfp4_moe(x, ids, weights, **w)
+    assert out.dtype == torch.float16 and out.shape == x.shape
+    assert moe_error(out, x, ids, weights, w) <= 5e-3
 
 
 def test_nvfp4_moe_takes_float8_scales(torch):
@@ -219,24 +224,37 @@ def test_nvfp4_moe_refuses_unknown_experts(torch):
         generic.nvfp4_moe(x, ids + 10, weights, **w)
 
 
-def test_row_chunks_give_the_one_pass_result(torch, monkeypatch):
-    """A scratch budget of a few rows makes qsa_attn split its expansion and its gather into
-    nested chunks, and nvfp4_moe split its tokens: same results as one pass."""
-    q, k_cache, v_cache, sel, _ = random_attn_inputs(torch, 9)
+def test_qsa_attn_row_chunks_give_the_one_pass_result(torch, monkeypatch):
+    """A scratch budget of 3 rows (NB 3) splits request 1's 5 rows into 3 + 2 for the expansion,
+    and its gather into single rows: same results as one pass and the reference."""
+    q, k_cache, v_cache, sel, (blocks, masks, counts) = random_attn_inputs(torch, 9)
     meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
                 seq_lens=torch.tensor(LENS, dtype=torch.int32),
                 block_table=torch.tensor(TABLE, dtype=torch.int32))
-    x, ids, weights, w = random_moe(torch, 10, tokens=9)  # k 2, H 32: 64 elements a token
-    attn, moe = (generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1),
-                 generic.nvfp4_moe(x, ids, weights, **w))
-    monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 4 * 3 * 64 * 3)  # NB 3: 3 rows a chunk
-    assert generic._row_chunks(8, 4 * 3 * 64) == [(0, 3), (3, 6), (6, 8)]
-    for got, want in zip(generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1),
-                         attn):
-        assert torch.allclose(got.float(), want.float(), rtol=1e-3, atol=1e-3)
-    monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 2 * 64)  # 2 tokens a chunk
-    assert torch.allclose(generic.nvfp4_moe(x, ids, weights, **w).float(), moe.float(),
-                          rtol=1e-3, atol=1e-3)
+    one_pass = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1)
+    monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 4 * 3 * 64 * 3)
+    assert generic._row_chunks(5, 4 * 3 * 64) == [(0, 3), (3, 5)]
+    out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1)
+    assert torch.allclose(out.float(), one_pass[0].float(), rtol=1e-3, atol=1e-3)
+    assert torch.allclose(lse, one_pass[1], rtol=1e-5, atol=1e-5)
+    want_o, _ = ref.qsa_attn(q.float().tolist(), k_cache.float().tolist(),
+                             v_cache.float().tolist(), QSL, LENS, TABLE, blocks, masks, counts,
+                             0.1)
+    assert rel_l2(flat(out.float().tolist()), flat(want_o)) <= 2e-3
+
+
+def test_nvfp4_moe_token_chunks_give_the_one_pass_result(torch, monkeypatch):
+    """A scratch budget of 3 (token, slot) rows of H splits each expert's 7 or 8 routed pairs
+    into 3 + 3 + a partial chunk: same out as one pass (within an fp16 ulp: the GEMMs see other
+    row counts) and as the reference."""
+    x, ids, weights, w = random_moe(torch, 14, experts=3, tokens=11)
+    counts = torch.bincount(ids.flatten(), minlength=3).tolist()
+    assert all(n > 6 and n % 3 for n in counts)
+    one_pass = generic.nvfp4_moe(x, ids, weights, **w)
+    monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 3 * x.shape[1])
+    out = generic.nvfp4_moe(x, ids, weights, **w)
+    assert torch.allclose(out.float(), one_pass.float(), rtol=1e-3, atol=1e-3)
+    assert moe_error(out, x, ids, weights, w) <= 5e-3
 
 
 def test_a_position_selected_twice_counts_once(torch):

@@ -3,6 +3,7 @@ accepts and on generic.py when it declines, and `paths` says which and why. On C
 plugin always declines (ops.md: tensors are kDLCUDA), so the fallback is tested everywhere torch
 is; the plugin path needs a CUDA GPU the plugin accepts (on the H200: SM70OPS_ALLOW_ARCH=90)."""
 import math
+import types
 
 import pytest
 
@@ -71,6 +72,16 @@ def test_moe_dense_matches_nvfp4_moe(torch):
     assert dense[0].dtype == torch.float16 and dense[0].shape == (4, 32, 32)
     assert rel_l2(generic.moe_dense(x, ids, weights, *dense),
                   generic.nvfp4_moe(x, ids, weights, **w)) <= 5e-3
+
+
+def test_one_workspace_on_the_contexts_device_grows_when_needed(cuda_torch):
+    ops = TorchOps(types.SimpleNamespace(device=cuda_torch.cuda.current_device()))
+    first = ops._workspace_for(100)
+    assert ops._workspace_for(0) is first and ops._workspace_for(100) is first
+    grown = ops._workspace_for(101)
+    assert grown.numel() == 101 and grown.device == first.device
+    assert first.device == cuda_torch.device("cuda", cuda_torch.cuda.current_device())
+    assert ops._workspace_for(50) is grown
 
 
 @pytest.fixture(scope="module")
