@@ -5,7 +5,9 @@
 // more DRAM time on a V100 than the tensor-core math. Per chunk of rows:
 //   1. sample     (score.cu)  the first 32 keys of every 512 are scored on tensor cores;
 //   2. threshold  (select.cu) each row's sample_rank(K)-th largest sample: a score that about
-//                             16 x sample_rank(K) keys (2K..6K) of the row reach;
+//                             16 x sample_rank(K) keys (2K..6K) of the row reach; a row of at
+//                             most kKeepAllMaxLen keys keeps them all (and a chunk whose
+//                             context is that short skips step 1);
 //   3. filter     (score.cu)  every key is scored; those above the threshold are kept, those at
 //                             it marked;
 //   4. select     (select.cu) exact radix top-K among the kept keys in shared memory (keys tied
@@ -31,8 +33,8 @@ extern "C" void sm70_qsa_index_view(const void *workspace, int32_t chunk_rows, i
                                     sm70_qsa_index_workspace_view *out) {
   using namespace sm70ops::qsa_index;
   const Workspace w = carve_workspace(const_cast<void *>(workspace), chunk_rows, max_seq_len);
-  *out = {w.samples,   w.count,      w.cand_score, w.cand_pos,  w.ties, w.sample_ld,
-          kSampleSpan, kSampleGroup, kCandidates,  w.tie_words, 0};
+  *out = {w.samples,   w.count,      w.cand_score, w.cand_pos,  w.ties,        w.sample_ld,
+          kSampleSpan, kSampleGroup, kCandidates,  w.tie_words, kKeepAllMaxLen};
 }
 
 extern "C" int32_t sm70_qsa_index_launch(const sm70_qsa_index_params *p, void *workspace,

@@ -61,9 +61,10 @@ uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_seq_len, uint64_t ca
 
 /* Where one chunk's intermediate results lie in the workspace (device pointers), for tests that
  * check the scorer directly. samples: [chunk_rows, sample_ld], key g * sample_span + i at column
- * g * sample_group + i; kept keys: [chunk_rows, candidates] scores and positions, count[r] of
- * them (more than `candidates`: the row overflowed and was rescued); ties: [chunk_rows,
- * tie_words] bitmaps of the keys scoring exactly the row's threshold. */
+ * g * sample_group + i, of the rows that see more than keep_all_max_len keys (the others keep
+ * all their keys and need none); kept keys: [chunk_rows, candidates] scores and positions,
+ * count[r] of them (more than `candidates`: the row overflowed and was rescued); ties:
+ * [chunk_rows, tie_words] bitmaps of the keys scoring exactly the row's threshold. */
 typedef struct sm70_qsa_index_workspace_view {
   const float *samples;
   const int32_t *count;
@@ -75,7 +76,7 @@ typedef struct sm70_qsa_index_workspace_view {
   int32_t sample_group;
   int32_t candidates;
   int32_t tie_words;
-  int32_t reserved0;
+  int32_t keep_all_max_len;
 } sm70_qsa_index_workspace_view;
 
 void sm70_qsa_index_view(const void *workspace, int32_t chunk_rows, int32_t max_seq_len,

@@ -308,6 +308,7 @@ void launch_score(const Params &p, int c0, int c1, const Workspace &w, int group
 }  // namespace
 
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+  if (keeps_all(p.max_seq_len)) return;  // no row needs samples
   const int groups = groups_per_block(p, c0, c1, kSampleSpan, kWarps);
   launch_score<Pass::kSample>(p, c0, c1, w, groups, score_grid(p, c0, c1, groups * kSampleSpan),
                               stream);
@@ -316,10 +317,11 @@ void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStre
 void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   const int groups = groups_per_block(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
   const dim3 grid = score_grid(p, c0, c1, groups * kKeysPerWarp);
-  // Rows keep about 16 sample_rank(K) keys; aggregating pays when that is an eighth of the
-  // context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys, 4% at 16K, 5% slower at
-  // 32K and 3% at 128K).
-  if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
+  // Rows keep about 16 sample_rank(K) keys, or all of them (keeps_all); aggregating pays when
+  // that is an eighth of the context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys,
+  // 4% at 16K, 5% slower at 32K and 3% at 128K).
+  const int64_t kept = keeps_all(p.max_seq_len) ? p.max_seq_len : 16ll * sample_rank(p.topk);
+  if (kept * 8 >= p.max_seq_len) {
     launch_score<Pass::kFilterAggregated>(p, c0, c1, w, groups, grid, stream);
   } else {
     launch_score<Pass::kFilter>(p, c0, c1, w, groups, grid, stream);

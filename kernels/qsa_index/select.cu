@@ -1,8 +1,8 @@
 // QSA index selection: per row, the threshold from the samples, then the exact top-K and its
 // expansion to pages and 64-bit masks.
 //
-//   threshold  the sample_rank(K)-th largest sample of the row (-inf when the row has fewer
-//              samples; +inf when it sees at most K keys and takes them all).
+//   threshold  the sample_rank(K)-th largest sample of the row (-inf when the row keeps all its
+//              keys, or has fewer samples; +inf when it sees at most K keys and takes them all).
 //   select     with at least K keys above the threshold: radix select of the top K among them in
 //              shared memory; with fewer: all of them, and the lowest-position keys tied at the
 //              threshold. A row the sample misjudged (too few kept, or more than kCandidates) is
@@ -37,8 +37,9 @@ __global__ void __launch_bounds__(kThreads)
   const float *samples = ws.samples + (int64_t)blockIdx.x * ws.sample_ld;
   const int valid = len / kSampleSpan * kSampleGroup + min(kSampleGroup, len % kSampleSpan);
   float threshold = INFINITY;  // L <= K: every key is taken, no candidate is needed
-  if (len > p.topk && valid < rank) threshold = -INFINITY;
-  if (len > p.topk && valid >= rank) {
+  const bool all = keeps_all(len) || valid < rank;
+  if (len > p.topk && all) threshold = -INFINITY;
+  if (len > p.topk && !all) {
     for (int i = threadIdx.x; i < n; i += kThreads) {  // samples past L rank below every score
       const bool live = (i / kSampleGroup) * kSampleSpan + i % kSampleGroup < len;
       s.keys[i] = live ? order_key(samples[i]) : 0u;

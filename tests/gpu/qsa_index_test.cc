@@ -266,7 +266,8 @@ struct ScoreError {
   double RelL2() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2); }
 };
 
-// Sampled scores of every row that needed them (L > K), and every kept key's score.
+// Sampled scores of every row that needed them (L > keep_all_max_len, and L > K), and every kept
+// key's score.
 void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
                   const std::vector<std::vector<double>> &ref) {
   const auto &v = out.view;
@@ -275,7 +276,7 @@ void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
   for (int t = 0; t < in.rows; ++t) {
     const int len = int(ref[t].size());
     if (len <= c.topk) continue;
-    for (int i = 0; i < v.sample_ld; ++i) {
+    for (int i = 0; len > v.keep_all_max_len && i < v.sample_ld; ++i) {
       const int key = i / v.sample_group * v.sample_span + i % v.sample_group;
       if (key < len) sampled.Add(out.samples[size_t(t) * v.sample_ld + i], ref[t][key]);
     }
@@ -390,6 +391,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ctx131072_k2048", {{5, 131072}}, 2048}, Case{"ctx131072_k4096", {{3, 131072}}, 4096},
         Case{"batch4_strided_q", {{17, 300}, {40, 5000}, {1, 1}, {70, 2100}}, 1024, 64},
         Case{"repeated_keys_ties", {{20, 3000}}, 512, 0, true},
+        // Past keep_all_max_len: ties at a sampled threshold (the tie bitmaps).
+        Case{"repeated_keys_ties_sampled", {{7, 12000}}, 512, 0, true},
         Case{"chunked_rows", {{100, 4097}, {19, 999}}, 2048, 8, false, 16},
         Case{"rescue_misjudged_rows", {{6, 20000}}, 512, 0, false, 0, true},
         Case{"strided_keys_16_byte_rows", {{21, 3000}, {4, 700}}, 512, 0, false, 0, false, 8}),
