@@ -231,6 +231,21 @@ __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc 
   }
 }
 
+// A chunk whose rows all keep every key (keeps_all): each key's slot is its position, so no
+// counter is contended (the select reads count = L from the threshold kernel).
+__device__ void keep_all(const Smem &s, const ElementMap &map, const Acc &sum, const Tile &tile,
+                         int c0, int key0, const Workspace &ws) {
+#pragma unroll
+  for (int i = 0; i < kAccElements; ++i) {
+    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
+    const int64_t r = tile.row0 + row - c0;
+    if (row < tile.rows && key < s.len[row]) {
+      ws.cand_score[r * kCandidates + key] = sum.x[i];
+      ws.cand_pos[r * kCandidates + key] = key;
+    }
+  }
+}
+
 // Rows that see at most K keys take them all and need no scores.
 __device__ int tile_length(const Params &p, const Smem &s) {
   int len = 0;
@@ -238,8 +253,9 @@ __device__ int tile_length(const Params &p, const Smem &s) {
   return len > p.topk ? len : 0;
 }
 
-// The sample pass, and the filter pass with a slot atomic per kept key or per row and warp.
-enum class Pass { kSample, kFilter, kFilterAggregated };
+// The sample pass, and the filter pass with a slot atomic per kept key or per row and warp, or
+// (keep-all chunks) none.
+enum class Pass { kSample, kFilter, kFilterAggregated, kFilterAll };
 
 template <Pass kPass>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
@@ -272,6 +288,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       combine_heads(s, map, acc, f, sum);
       if (kSample) {
         write_samples(map, sum, tile, c0, g * kSampleGroup + f * kFrag, ws);
+      } else if (kPass == Pass::kFilterAll) {
+        keep_all(s, map, sum, tile, c0, key0 + f * kFrag, ws);
       } else {
         keep_candidates<kPass == Pass::kFilterAggregated>(s, map, sum, tile, c0, key0 + f * kFrag,
                                                           ws);
@@ -317,11 +335,12 @@ void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStre
 void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   const int groups = groups_per_block(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
   const dim3 grid = score_grid(p, c0, c1, groups * kKeysPerWarp);
-  // Rows keep about 16 sample_rank(K) keys, or all of them (keeps_all); aggregating pays when
-  // that is an eighth of the context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys,
-  // 4% at 16K, 5% slower at 32K and 3% at 128K).
-  const int64_t kept = keeps_all(p.max_seq_len) ? p.max_seq_len : 16ll * sample_rank(p.topk);
-  if (kept * 8 >= p.max_seq_len) {
+  // Rows keep about 16 sample_rank(K) keys; aggregating pays when that is an eighth of the
+  // context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys, 4% at 16K, 5% slower at
+  // 32K and 3% at 128K).
+  if (keeps_all(p.max_seq_len)) {
+    launch_score<Pass::kFilterAll>(p, c0, c1, w, groups, grid, stream);
+  } else if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
     launch_score<Pass::kFilterAggregated>(p, c0, c1, w, groups, grid, stream);
   } else {
     launch_score<Pass::kFilter>(p, c0, c1, w, groups, grid, stream);

@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (threadIdx.x == 0) {
     ws.threshold[blockIdx.x] = threshold;
-    ws.count[blockIdx.x] = 0;
+    // A keep-all chunk's filter puts key j in slot j (no counter): all L are kept.
+    ws.count[blockIdx.x] = keeps_all(p.max_seq_len) && len > p.topk ? len : 0;
   }
   uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   for (int w = threadIdx.x; w < ws.tie_words; w += kThreads) ties[w] = 0;
