@@ -1,4 +1,5 @@
-// Block-wide exclusive prefix sum of one int per thread, for order-preserving compaction.
+// Block-wide exclusive prefix sum of one int per thread, for order-preserving compaction, and
+// warp-aggregated slot reservation, for appending to a shared list.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,18 @@ __device__ __forceinline__ int warp_inclusive_scan(int value) {
     if (lane >= offset) value += other;
   }
   return value;
+}
+
+// The slot of this lane among the lanes of `group` (all of which call it, this one among them):
+// the group's first lane reserves popc(group) slots on `counter` with one atomic, and the lanes
+// take them in lane order. One atomic per group, not per lane: lanes appending to one counter
+// would otherwise serialise on it.
+template <class T>
+__device__ __forceinline__ T warp_reserve(T *counter, unsigned group) {
+  const int lane = threadIdx.x & 31, leader = __ffs(group) - 1;
+  T base = 0;
+  if (lane == leader) base = atomicAdd(counter, static_cast<T>(__popc(group)));
+  return __shfl_sync(group, base, leader) + static_cast<T>(__popc(group & ((1u << lane) - 1)));
 }
 
 // Returns the sum of `value` over the threads before this one; *total gets the block's sum.

@@ -50,9 +50,10 @@ __device__ __forceinline__ uint32_t digit(uint32_t key, int consumed, int width)
 struct RadixScratch {
   alignas(16) uint32_t hist[kRadixMaxBins];  // read as uint4 by find_bin
   int scan[33];
-  uint32_t bin;    // find_bin's answer
-  uint32_t above;  // keys in the bins above it
-  uint32_t key;    // kth_largest_key's answer once its bin holds one key
+  uint32_t bin;     // find_bin's answer
+  uint32_t in_bin;  // keys in it
+  uint32_t above;   // keys in the bins above it
+  uint32_t key;     // kth_largest_key's answer once its bin holds one key
 };
 
 // The state after a level chose s.bin.
@@ -118,6 +119,7 @@ __device__ void find_bin(int width, int need, RadixScratch &s) {
       if (reached != 0) {
         if (lane == __ffs(reached) - 1) {
           s.bin = b;
+          s.in_bin = h;
           s.above = upto - h;
         }
         break;
@@ -137,9 +139,9 @@ __device__ uint32_t kth_largest_key(const uint32_t *keys, int n, int need, Radix
     const int width = radix_bits(level);
     key_histogram<kThreads>(keys, n, r, width, s);
     find_bin(width, r.need, s);
-    const bool single = s.hist[s.bin] == 1u;
+    const bool single = s.in_bin == 1u;
     r = narrowed(r, width, s);
-    __syncthreads();  // s.bin, s.above and the bin's count are read before the next level
+    __syncthreads();  // s.bin, s.in_bin and s.above are read before the next level
     if (single && r.consumed < 32) {
       for (int i = threadIdx.x; i < n; i += kThreads) {
         if (matches(keys[i], r)) s.key = keys[i];

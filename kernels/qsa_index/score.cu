@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "kernels/common/block_scan.cuh"
 #include "kernels/common/smem.cuh"
 #include "kernels/qsa_index/key_staging.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
@@ -194,16 +195,6 @@ __device__ void find_row_peers(const ElementMap &map, Smem &s) {
   }
 }
 
-// The slot of each lane in `peers` (lanes keeping keys of one row) from one atomic on the row's
-// counter: when rows keep many of their keys (short contexts), contention on that counter was
-// the filter's main stall.
-__device__ int shared_slot(int32_t *count, unsigned peers) {
-  const int lane = threadIdx.x % 32, leader = __ffs(peers) - 1;
-  int slot = 0;
-  if (lane == leader) slot = atomicAdd(count, __popc(peers));
-  return __shfl_sync(peers, slot, leader) + __popc(peers & ((1u << lane) - 1));
-}
-
 // Keeps the keys strictly above their row's threshold (a few percent at long contexts) as
 // candidates and marks those equal to it in the row's tie bitmap.
 template <bool kAggregate>
@@ -218,8 +209,10 @@ __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc 
     const bool keep = live && v > threshold;
     const unsigned keepers = kAggregate ? __ballot_sync(0xffffffffu, keep) : 0u;
     if (keep) {
+      // Aggregated: the lanes keeping keys of one row share one atomic on its counter (where
+      // rows keep many of their keys, contention on it was the filter's main stall).
       const int slot = kAggregate
-                           ? shared_slot(&ws.count[r], keepers & s.row_peers[i][threadIdx.x % 32])
+                           ? warp_reserve(&ws.count[r], keepers & s.row_peers[i][threadIdx.x % 32])
                            : atomicAdd(&ws.count[r], 1);
       if (slot < kCandidates) {
         ws.cand_score[r * kCandidates + slot] = v;

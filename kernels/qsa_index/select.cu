@@ -122,7 +122,7 @@ __device__ void select_candidates(int n, Radix r, int level, SelectSmem &s) {
     key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
     find_bin(width, r.need, s.radix);
     const Radix next = narrowed(r, width, s.radix);
-    const bool whole_bin = s.radix.hist[s.radix.bin] == (uint32_t)next.need;
+    const bool whole_bin = s.radix.in_bin == (uint32_t)next.need;
     mark_candidates_above(n, r, width, whole_bin, s);
     if (whole_bin) return;
     if (next.consumed == 32) return take_candidate_ties(n, next, s);
@@ -175,16 +175,10 @@ struct RecomputedRow {
 // Appends the lanes' keys with `take` to the candidates: one shared atomic per warp.
 __device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int pos, SelectSmem &s) {
   const unsigned takers = __ballot_sync(kFullMask, take);
-  if (takers == 0) return;
-  const int lane = threadIdx.x & 31, leader = __ffs(takers) - 1;
-  uint32_t base = 0;
-  if (lane == leader) base = atomicAdd(&s.cand_count, __popc(takers));
-  base = __shfl_sync(kFullMask, base, leader);
-  if (take) {
-    const uint32_t slot = base + __popc(takers & ((1u << lane) - 1));
-    s.cand_key[slot] = key;
-    s.cand_pos[slot] = pos;
-  }
+  if (!take) return;
+  const uint32_t slot = warp_reserve(&s.cand_count, takers);
+  s.cand_key[slot] = key;
+  s.cand_pos[slot] = pos;
 }
 
 // One pass over the row after level `width` chose a bin: marks the keys above it, and either
@@ -238,7 +232,7 @@ __device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
     const int width = radix_bits(level);
     find_bin(width, r.need, s.radix);
     const Radix next = narrowed(r, width, s.radix);
-    const uint32_t in_bin = s.radix.hist[s.radix.bin];
+    const uint32_t in_bin = s.radix.in_bin;
     const bool last = next.consumed == 32;
     const bool collect = !last && in_bin <= (uint32_t)kCandidates;
     rescue_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
