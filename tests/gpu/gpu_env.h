@@ -91,6 +91,11 @@ class View {
  public:
   View(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
        uint64_t byte_offset = 0);
+  // tensor_ points into shape_ and strides_: a move keeps their buffers, a copy would not.
+  View(View &&) = default;
+  View &operator=(View &&) = default;
+  View(const View &) = delete;
+  View &operator=(const View &) = delete;
   const DLTensor *get() const { return &tensor_; }
 
  private:
