@@ -143,9 +143,9 @@ typedef struct sm70ops_context_desc {
   uint32_t struct_size;
   int32_t device_ordinal; /* CUDA device the context's calls run on */
   /* Compute capability as major*10+minor (70 for V100). 0: ask the CUDA runtime about
-   * device_ordinal (the device count and attributes: context_create's only CUDA calls). Nonzero:
-   * trust it and touch no CUDA at all, for planning on a machine without that GPU; execute then
-   * verifies it against the real device. */
+   * device_ordinal (the device count and attributes, and with SM70OPS_CHECKED a mapped host
+   * allocation: context_create's only CUDA calls). Nonzero: trust it and touch no CUDA at all, for
+   * planning on a machine without that GPU; execute then verifies it against the real device. */
   int32_t compute_capability;
   sm70ops_log_level log_level; /* messages above this level are not sent */
   sm70ops_log_fn log_fn;       /* may be NULL: no logging */

@@ -37,7 +37,8 @@ static void note_missing_code(int32_t cc, char *note, size_t bytes) {
            cc == 70 ? ": a V100 needs the sm70 build (--config=sm70)" : "");
 }
 
-/* Asks the CUDA runtime for the device's compute capability; no device is not an error. */
+/* Asks the CUDA runtime for the device's compute capability and shared-memory limit; no device is
+ * not an error. */
 static sm70ops_status query_device(sm70ops_context *ctx) {
   sm70_cuda_error err;
   int32_t count = 0;

@@ -412,7 +412,8 @@ __global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
 }
 
 // Entries first_entry .. first_entry + entries - 1 of the tile tables, `parts` blocks each along
-// z (2: big tiles split in two).
+// z: 2 only for the big-tile table at short K, whose entries are all 128-row tiles that
+// small_entry splits in two (a small tile with two parts would run twice).
 template <Gemm kKind, int kRows>
 void launch_table(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
                   int32_t first_entry, int32_t entries, int parts, cudaStream_t stream) {

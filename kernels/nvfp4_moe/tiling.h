@@ -35,10 +35,9 @@ SM70OPS_HOST_DEVICE inline int small_tile_m(int rows) {
   return rows <= kNarrowTileM ? kNarrowTileM : kWideTileM;
 }
 
-// Table sizes for `pairs` routed pairs over `experts` experts. A count of 128 q + r rows has q
-// big tiles, and one more if r > 64: at most count / 128 + 63 / 128. So all experts together have
-// at most (pairs + 63 m) / 128, m = min(experts, pairs / 65) the most experts whose last tile can
-// be big. An expert has at most one small tile.
+// Table sizes for `pairs` routed pairs over `experts` experts. An expert's big tiles number
+// exactly (count + 63) / 128: none below 65 rows, so at most m = min(experts, pairs / 65) experts
+// have any, and all together at most (pairs + 63 m) / 128. An expert has at most one small tile.
 SM70OPS_HOST_DEVICE inline int max_big_tiles(int pairs, int experts) {
   const int most = pairs / (kWideTileM + 1);
   const int partial = experts < most ? experts : most;

@@ -6,8 +6,8 @@
 //   1. sample     (score.cu)  the first 32 keys of every 512 are scored on tensor cores;
 //   2. threshold  (select.cu) each row's sample_rank(K)-th largest sample: a score that about
 //                             16 x sample_rank(K) keys (2K..6K) of the row reach; a row of at
-//                             most kKeepAllMaxLen keys keeps them all (and a chunk whose
-//                             context is that short skips step 1);
+//                             most kKeepAllMaxLen keys keeps them all (and a call whose
+//                             max_seq_len is that short skips step 1);
 //   3. filter     (score.cu)  every key is scored; those above the threshold are kept, those at
 //                             it marked;
 //   4. select     (select.cu) exact radix top-K among the kept keys in shared memory (keys tied

@@ -7,7 +7,8 @@
 // the heads apart, so the ReLU and the weighted head sum happen in registers. Two modes:
 //   sample  scores the first group of every 512 keys into the workspace;
 //   filter  scores every key and keeps those above the row's threshold, and marks those at it
-//           (at short contexts, where rows keep many keys, one slot atomic per row and warp).
+//           (where rows keep many keys, one slot atomic per row and warp; where the call's
+//           context keeps them all (keeps_all), key j in slot j and no atomic).
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -224,10 +225,11 @@ __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc 
   }
 }
 
-// A chunk whose rows all keep every key (keeps_all): each key's slot is its position, so no
-// counter is contended (the select reads count = L from the threshold kernel).
-__device__ void keep_all(const Smem &s, const ElementMap &map, const Acc &sum, const Tile &tile,
-                         int c0, int key0, const Workspace &ws) {
+// A call whose rows all keep every key (keeps_all of its max_seq_len): each key's slot is its
+// position, so no counter is contended. The select reads count = L, which the threshold kernel
+// writes from the same row length: every slot below it is written here.
+__device__ void keep_every_key(const Smem &s, const ElementMap &map, const Acc &sum,
+                               const Tile &tile, int c0, int key0, const Workspace &ws) {
 #pragma unroll
   for (int i = 0; i < kAccElements; ++i) {
     const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
@@ -282,7 +284,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       if (kSample) {
         write_samples(map, sum, tile, c0, g * kSampleGroup + f * kFrag, ws);
       } else if (kPass == Pass::kFilterAll) {
-        keep_all(s, map, sum, tile, c0, key0 + f * kFrag, ws);
+        keep_every_key(s, map, sum, tile, c0, key0 + f * kFrag, ws);
       } else {
         keep_candidates<kPass == Pass::kFilterAggregated>(s, map, sum, tile, c0, key0 + f * kFrag,
                                                           ws);
@@ -329,8 +331,8 @@ void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStre
   const int groups = groups_per_block(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
   const dim3 grid = score_grid(p, c0, c1, groups * kKeysPerWarp);
   // Rows keep about 16 sample_rank(K) keys; aggregating pays when that is an eighth of the
-  // context or more (H200, 1024 rows, K 2048: 15% faster at 4K keys, 4% at 16K, 5% slower at
-  // 32K and 3% at 128K).
+  // context or more (H200, 1024 rows, K 2048, measured while 4K contexts were still sampled: 15%
+  // faster at 4K keys, 4% at 16K, 5% slower at 32K and 3% at 128K).
   if (keeps_all(p.max_seq_len)) {
     launch_score<Pass::kFilterAll>(p, c0, c1, w, groups, grid, stream);
   } else if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {

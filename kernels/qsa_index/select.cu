@@ -37,9 +37,9 @@ __global__ void __launch_bounds__(kThreads)
   const float *samples = ws.samples + (int64_t)blockIdx.x * ws.sample_ld;
   const int valid = len / kSampleSpan * kSampleGroup + min(kSampleGroup, len % kSampleSpan);
   float threshold = INFINITY;  // L <= K: every key is taken, no candidate is needed
-  const bool all = keeps_all(len) || valid < rank;
-  if (len > p.topk && all) threshold = -INFINITY;
-  if (len > p.topk && !all) {
+  const bool unsampled = keeps_all(len) || valid < rank;
+  if (len > p.topk && unsampled) threshold = -INFINITY;
+  if (len > p.topk && !unsampled) {
     for (int i = threadIdx.x; i < n; i += kThreads) {  // samples past L rank below every score
       const bool live = (i / kSampleGroup) * kSampleSpan + i % kSampleGroup < len;
       s.keys[i] = live ? order_key(samples[i]) : 0u;

@@ -1,7 +1,8 @@
 // The MoE's M tiling (kernels/nvfp4_moe/tiling.h): hand-written counts around the tile sizes,
 // every count up to 5000 cut into tiles that cover it exactly (big tiles over 64 rows, the small
-// one at most 64), and the table sizes: reached by 65-row and one-row experts, never exceeded by
-// random routings of up to 262144 pairs.
+// one at most 64), and the table sizes: reached by experts of 128 q + 65 rows (also when only a
+// few of many experts get any) and one-row experts, never exceeded by random routings of up to
+// 262144 pairs.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -53,7 +54,7 @@ TEST(MoeTiling, TilesCoverEveryCountExactly) {
       }
     }
     EXPECT_EQ(covered, count);
-    EXPECT_LE(big_tiles(count), count / (kWideTileM + 1)) << count;
+    EXPECT_EQ(big_tiles(count), (count + kBigTileM - kWideTileM - 1) / kBigTileM) << count;
   }
 }
 
@@ -67,6 +68,8 @@ TEST(MoeTiling, TablesAreTight) {
     }
     EXPECT_EQ(experts * (small_rows(1) > 0), max_small_tiles(experts, experts));
   }
+  // Ten of 512 experts routed, 65 rows each: min(E, pairs / 65) is the routed ten, not E.
+  EXPECT_EQ(10, max_big_tiles(10 * (kWideTileM + 1), 512));
 }
 
 TEST(MoeTiling, TablesHoldRandomRoutings) {

@@ -267,10 +267,12 @@ struct ScoreError {
 };
 
 // Sampled scores of every row that needed them (L > keep_all_max_len, and L > K), and every kept
-// key's score.
+// key's score; a row of at most keep_all_max_len keys keeps all of them (which also pins the
+// reported bound: a larger one would excuse sampled rows that keep fewer).
 void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
                   const std::vector<std::vector<double>> &ref) {
   const auto &v = out.view;
+  ASSERT_TRUE(v.keep_all_max_len > 0 && v.keep_all_max_len <= v.candidates) << v.keep_all_max_len;
   ScoreError sampled, kept;
   int rescued = 0;
   for (int t = 0; t < in.rows; ++t) {
@@ -281,6 +283,9 @@ void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
       if (key < len) sampled.Add(out.samples[size_t(t) * v.sample_ld + i], ref[t][key]);
     }
     const int n = out.count[t];
+    if (len <= v.keep_all_max_len) {
+      EXPECT_EQ(n, len) << "row " << t << " keeps all its keys";
+    }
     int tied = 0;
     for (int w = 0; w < v.tie_words; ++w)
       tied += __builtin_popcount(out.ties[size_t(t) * v.tie_words + w]);

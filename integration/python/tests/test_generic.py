@@ -243,7 +243,7 @@ def test_qsa_attn_row_chunks_give_the_one_pass_result(torch, monkeypatch):
     assert rel_l2(flat(out.float().tolist()), flat(want_o)) <= 2e-3
 
 
-def test_nvfp4_moe_token_chunks_give_the_one_pass_result(torch, monkeypatch):
+def test_nvfp4_moe_expert_chunks_give_the_one_pass_result(torch, monkeypatch):
     """A scratch budget of 3 (token, slot) rows of H splits each expert's 7 or 8 routed pairs
     into 3 + 3 + a partial chunk: same out as one pass (within an fp16 ulp: the GEMMs see other
     row counts) and as the reference."""
