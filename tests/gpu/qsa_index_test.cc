@@ -340,30 +340,38 @@ TEST_P(SM70_QsaIndex, MatchesReference) {
 
 // Two requests, one of them chunked, with rows above and below K.
 const Case kRobustCase{"robust", {{40, 5000}, {7, 900}}, 1024, 0, false, 16};
+// The same within the keep-all bound: no sample pass, the slot-j filter.
+const Case kRobustKeepAllCase{"robust_keep_all", {{40, 3000}, {7, 900}}, 1024, 0, false, 16};
 
 TEST(SM70_QsaIndexRobust, GraphReplayEqualsEager) {
   SM70OPS_REQUIRE_GPU();
   Plugin plugin;
   ASSERT_TRUE(plugin.error().empty()) << plugin.error();
-  const Inputs in = MakeInputs(kRobustCase, 7);
-  IndexRun run(kRobustCase, in);
-  ASSERT_TRUE(run.Accepted(plugin));
-  ExpectGraphReplayEqualsEager(plugin, run);
+  for (const Case &c : {kRobustCase, kRobustKeepAllCase}) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = MakeInputs(c, 7);
+    IndexRun run(c, in);
+    ASSERT_TRUE(run.Accepted(plugin));
+    ExpectGraphReplayEqualsEager(plugin, run);
+  }
 }
 
 TEST(SM70_QsaIndexRobust, EightStreamsEqualSerial) {
   SM70OPS_REQUIRE_GPU();
   Plugin plugin;
   ASSERT_TRUE(plugin.error().empty()) << plugin.error();
-  const Inputs in = MakeInputs(kRobustCase, 7);
-  ExpectConcurrentStreamsBitIdentical<IndexRun>(
-      plugin,
-      [&] {
-        auto run = std::make_unique<IndexRun>(kRobustCase, in);
-        EXPECT_TRUE(run->Accepted(plugin));
-        return run;
-      },
-      8);
+  for (const Case &c : {kRobustCase, kRobustKeepAllCase}) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = MakeInputs(c, 7);
+    ExpectConcurrentStreamsBitIdentical<IndexRun>(
+        plugin,
+        [&] {
+          auto run = std::make_unique<IndexRun>(c, in);
+          EXPECT_TRUE(run->Accepted(plugin));
+          return run;
+        },
+        8);
+  }
 }
 
 // Checked mode: a block table entry past the cache reads as zero keys and is reported by the
