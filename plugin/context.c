@@ -56,8 +56,6 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
       sm70_cuda_smem_per_block(ctx->device_ordinal, &ctx->device_smem_per_block, &err) != 0) {
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   }
-  /* Every op declines with this note rather than fail in execute (see common_gates). */
-  note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
   return sm70_ok();
 }
 
@@ -76,10 +74,8 @@ static void log_device(const sm70ops_context *ctx) {
            ctx->capability_from_host ? " (given by the host)" : "",
            sm70_context_smem_per_block(ctx) / 1024,
            allowed ? "" : ": not SM70, every op will decline");
-  char no_code[sizeof(ctx->no_code_note)];
-  note_missing_code(cc, no_code, sizeof(no_code));
-  if (!allowed || no_code[0] == '\0') return;
-  sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", no_code,
+  if (!allowed || ctx->no_code_note[0] == '\0') return;
+  sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", ctx->no_code_note,
            ctx->capability_from_host
                ? "; checks answer from shapes and policy alone, execute on such a device fails"
                : ": every op will decline");
@@ -138,6 +134,9 @@ sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_con
   if (status != SM70OPS_OK) {
     free(ctx);
     return status;
+  }
+  if (ctx->compute_capability != 0) {
+    note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
   }
   if (ctx->settings.checked && ctx->capability_from_host) {
     /* The descriptor's promise: a given compute capability means no CUDA call at all. */

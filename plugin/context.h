@@ -20,8 +20,9 @@ struct sm70ops_context {
   sm70_checked_error *checked_host;
   void *checked_device;
   char no_device_note[160];
-  /* Non-empty when the context's real device has no SASS in this build (e.g. a V100 under the
-   * default sm_75/sm_90 build): every op declines with this note. */
+  /* Non-empty when this build has no SASS for the compute capability (e.g. a V100 under the
+   * default sm_75/sm_90 build): on a real device every op declines with this note; a capability
+   * given by the host only plans, so its context is warned at creation instead. */
   char no_code_note[160];
 };
 
