@@ -14,6 +14,10 @@ enum { kHq = 4, kHkv = 1, kDim = 256, kPage = 64, kTopk = 2048, kRun = 16 };
  * heads of one KV head. The kernel gathers the union of a tile's selections once, which is what
  * the gathered-bytes line reports. */
 enum { kTileRows = 32 / (kHq / kHkv) };
+/* The most rows any kernel could attend together while it keeps their output on chip: 64 rows'
+ * fp32 O (4 heads x D 256 x 4 B = 4 KB a row) fill a V100 SM's 256 KB of registers. The union of
+ * 64 rows' selections is what such a kernel gathers at the least (the bound line). */
+enum { kBoundRows = 64 };
 enum { kChunkRows = 8192, kMaxKeys = 131072, kMaxPages = kMaxKeys / kPage };
 
 typedef struct attn_buffers {
@@ -79,15 +83,15 @@ static double jaccard(const int32_t *a, int na, const int32_t *b, int nb) {
   return na + nb - both > 0 ? (double)both / (na + nb - both) : 1.0;
 }
 
-/* Tokens in the union of rows [r0, r0 + kTileRows)'s selections; `pages` is scratch, all zero
- * on entry and on return. */
-static double tile_union(const attn_buffers *b, int r0, uint64_t *pages) {
+/* Tokens in the union of rows [r0, r0 + rows)'s selections; `pages` is scratch, all zero on
+ * entry and on return. */
+static double tile_union(const attn_buffers *b, int r0, int rows, uint64_t *pages) {
   double tokens = 0;
-  for (int r = r0; r < r0 + kTileRows; ++r) {
+  for (int r = r0; r < r0 + rows; ++r) {
     for (int i = 0; i < b->h_count[r]; ++i)
       pages[b->h_blocks[(size_t)r * kMaxPages + i]] |= b->h_masks[(size_t)r * kMaxPages + i];
   }
-  for (int r = r0; r < r0 + kTileRows; ++r) {
+  for (int r = r0; r < r0 + rows; ++r) {
     for (int i = 0; i < b->h_count[r]; ++i) {
       uint64_t *m = &pages[b->h_blocks[(size_t)r * kMaxPages + i]];
       tokens += __builtin_popcountll(*m);
@@ -97,14 +101,21 @@ static double tile_union(const attn_buffers *b, int r0, uint64_t *pages) {
   return tokens;
 }
 
+/* Tokens of the unions of the chunk's tiles of `rows` rows: what a kernel with such tiles
+ * gathers. */
+static double gathered_tokens(const attn_buffers *b, int rows, uint64_t *page_masks) {
+  double tokens = 0;
+  memset(page_masks, 0, kMaxPages * sizeof(uint64_t));
+  for (int r0 = 0; r0 < kChunkRows; r0 += rows) tokens += tile_union(b, r0, rows, page_masks);
+  return tokens;
+}
+
 /* Selections of rows [end - kChunkRows, end) of one prompt; returns the mean neighbour overlap,
- * in *tokens the selected tokens summed over rows (the useful work), and in *gathered the
- * tokens of every kernel tile's union (what the kernel gathers). */
+ * and in *tokens the selected tokens summed over rows (the useful work). */
 static double make_chunk(attn_buffers *b, selector *s, int end, uint64_t *page_masks,
-                         double *tokens, double *gathered) {
+                         double *tokens) {
   double overlap = 0;
   *tokens = 0;
-  *gathered = 0;
   for (int r = 0; r < kChunkRows; ++r) {
     const int len = end - kChunkRows + r + 1;
     if (len > kTopk) drift(s, len, len == kTopk + 1);
@@ -115,8 +126,6 @@ static double make_chunk(attn_buffers *b, selector *s, int end, uint64_t *page_m
       *tokens += __builtin_popcountll(b->h_masks[(size_t)r * kMaxPages + i]);
     if (r > 0) overlap += jaccard(blocks - kMaxPages, b->h_count[r - 1], blocks, n);
   }
-  memset(page_masks, 0, kMaxPages * sizeof(uint64_t));
-  for (int r0 = 0; r0 < kChunkRows; r0 += kTileRows) *gathered += tile_union(b, r0, page_masks);
   return overlap / (kChunkRows - 1);
 }
 
@@ -225,6 +234,26 @@ static double time_chunk(const sm70ops_host *h, attn_buffers *b, int end) {
   return bench_time_execute(h, SM70OPS_OP_QSA_ATTN, &call.args, NULL, 0, 1, 3);
 }
 
+/* What the kernel's tiles gather (each tile's union once), and what 64-row tiles would: the
+ * latter at copy bandwidth bounds any kernel that keeps its rows' output on chip, wherever the
+ * context's K and V outgrow the L2 (at 128K, 128 MB a KV head: a V100 has 6 MB, an H200 50). */
+static void print_gathered(double tile_tokens, double bound_tokens, double ms, bench_work work,
+                           const bench_ceiling *device) {
+  const double token_bytes = kHkv * kDim * 4; /* its K and V rows, fp16 */
+  const double tile_bytes = tile_tokens * token_bytes, bound_bytes = bound_tokens * token_bytes;
+  printf(
+      "    K/V gathered over %d-row tiles' unions: %.1f GB (%.1fx the floor's bytes: K and V of "
+      "each page once, q, out, lse, selection), %.2f TB/s\n",
+      kTileRows, tile_bytes / 1e9, tile_bytes / work.bytes, tile_bytes / (ms * 1e-3) / 1e12);
+  if (device == NULL) return;
+  const double bound_ms = bound_bytes / (device->tbytes_s * 1e12) * 1e3;
+  printf(
+      "    %d-row tiles (the most whose fp32 output fits on chip) would still gather %.1f GB: "
+      "%.2f ms at %.2f TB/s, %.1fx the floor\n",
+      kBoundRows, bound_bytes / 1e9, bound_ms, device->tbytes_s,
+      bound_ms / bench_floor_ms(work, device));
+}
+
 int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device) {
   static const int kPrompts[] = {8192, 32768, 131072};
   attn_buffers b;
@@ -238,12 +267,13 @@ int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device) {
   bench_print_header();
   for (size_t i = 0; ok && i < sizeof(kPrompts) / sizeof(kPrompts[0]); ++i) {
     selector s = {.rng = 0x9e3779b9u};
-    double total = 0, overlap = 0, gathered_bytes = 0;
+    double total = 0, overlap = 0, tile_tokens = 0, bound_tokens = 0;
     bench_work work = {0, 0};
     for (int end = kChunkRows; ok && end <= kPrompts[i]; end += kChunkRows) {
-      double tokens = 0, gathered = 0;
-      overlap += make_chunk(&b, &s, end, page_masks, &tokens, &gathered);
-      gathered_bytes += gathered * kHkv * kDim * 4; /* K and V rows, fp16 */
+      double tokens = 0;
+      overlap += make_chunk(&b, &s, end, page_masks, &tokens);
+      tile_tokens += gathered_tokens(&b, kTileRows, page_masks);
+      bound_tokens += gathered_tokens(&b, kBoundRows, page_masks);
       const double ms = time_chunk(h, &b, end);
       if (ms < 0) ok = 0;
       const bench_work w = attn_work(tokens, end);
@@ -254,11 +284,7 @@ int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device) {
     snprintf(label, sizeof(label), "prefill %dK", kPrompts[i] / 1024);
     snprintf(what, sizeof(what), "overlap %.2f", overlap / (kPrompts[i] / kChunkRows));
     bench_print_row(label, what, total, work, device);
-    printf(
-        "    K/V gathered over %d-row tiles' unions: %.1f GB (%.1fx the floor's bytes: K and V of "
-        "each page once, q, out, lse, selection), %.2f TB/s\n",
-        kTileRows, gathered_bytes / 1e9, gathered_bytes / work.bytes,
-        gathered_bytes / (total * 1e-3) / 1e12);
+    print_gathered(tile_tokens, bound_tokens, total, work, device);
   }
   free(page_masks);
   free_buffers(&b);
