@@ -18,16 +18,23 @@ __device__ __forceinline__ int warp_inclusive_scan(int value) {
   return value;
 }
 
-// The slot of this lane among the lanes of `group` (all of which call it, this one among them):
-// the group's first lane reserves popc(group) slots on `counter` with one atomic, and the lanes
-// take them in lane order. One atomic per group, not per lane: lanes appending to one counter
-// would otherwise serialise on it.
+// Warp-aggregated slot reservation on `counter` for the lanes of `group`: the group's first lane
+// reserves popc(group) slots with one atomic (one per group, not per lane: lanes appending to one
+// counter would otherwise serialise on it), and the lanes take them in lane order. In two halves,
+// so that a caller can issue several reservations before it uses any and their round trips
+// overlap. warp_reserve_issue: the atomic's result in the group's first lane (an empty group
+// issues none). warp_reserve_slot: called by every lane of the warp; a lane of `group` gets its
+// slot, any other lane a value to ignore.
 template <class T>
-__device__ __forceinline__ T warp_reserve(T *counter, unsigned group) {
-  const int lane = threadIdx.x & 31, leader = __ffs(group) - 1;
-  T base = 0;
-  if (lane == leader) base = atomicAdd(counter, static_cast<T>(__popc(group)));
-  return __shfl_sync(group, base, leader) + static_cast<T>(__popc(group & ((1u << lane) - 1)));
+__device__ __forceinline__ T warp_reserve_issue(T *counter, unsigned group) {
+  const int lane = threadIdx.x & 31;
+  return lane == __ffs(group) - 1 ? atomicAdd(counter, static_cast<T>(__popc(group))) : T(0);
+}
+template <class T>
+__device__ __forceinline__ T warp_reserve_slot(T issued, unsigned group) {
+  const int lane = threadIdx.x & 31;
+  return __shfl_sync(kFullMask, issued, __ffs(group) - 1) +
+         static_cast<T>(__popc(group & ((1u << lane) - 1)));
 }
 
 // Returns the sum of `value` over the threads before this one; *total gets the block's sum.

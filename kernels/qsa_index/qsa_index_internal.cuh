@@ -58,7 +58,7 @@ struct Workspace {
   float *threshold;   // [C]
   int32_t *count;     // [C] keys above the threshold (beyond kCandidates: the row is rescued)
   float *cand_score;  // [C, kCandidates]
-  int32_t *cand_pos;  // [C, kCandidates]
+  int32_t *cand_pos;  // [C, kCandidates]; unused in keep-all calls, where slot j holds key j
   uint32_t *ties;     // [C, tie_words]: bit j set when key j scores exactly the threshold
   float *samples;     // [C, sample_ld]
   int32_t tie_words;

@@ -188,7 +188,7 @@ __device__ void write_samples(const ElementMap &map, const Acc &sum, const Tile 
   }
 }
 
-// The lanes that hold the same row in each accumulator element, for keep_candidates.
+// The lanes that hold the same row in each accumulator element, for keep_candidates_aggregated.
 __device__ void find_row_peers(const ElementMap &map, Smem &s) {
 #pragma unroll
   for (int i = 0; i < kAccElements; ++i) {
@@ -196,9 +196,22 @@ __device__ void find_row_peers(const ElementMap &map, Smem &s) {
   }
 }
 
+// A kept key into its row's candidate slot (slots past kCandidates: the row overflowed and is
+// rescued).
+__device__ __forceinline__ void store_kept(const Workspace &ws, int64_t r, int slot, float v,
+                                           int key) {
+  if (slot < kCandidates) {
+    ws.cand_score[r * kCandidates + slot] = v;
+    ws.cand_pos[r * kCandidates + slot] = key;
+  }
+}
+// A key scoring exactly the threshold into the row's tie bitmap.
+__device__ __forceinline__ void mark_tie(const Workspace &ws, int64_t r, int key) {
+  atomicOr(&ws.ties[r * ws.tie_words + key / 32], 1u << (key % 32));
+}
+
 // Keeps the keys strictly above their row's threshold (a few percent at long contexts) as
-// candidates and marks those equal to it in the row's tie bitmap.
-template <bool kAggregate>
+// candidates, one slot atomic per kept key, and marks those equal to it as ties.
 __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc &sum,
                                 const Tile &tile, int c0, int key0, const Workspace &ws) {
 #pragma unroll
@@ -207,27 +220,50 @@ __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc 
     const bool live = row < tile.rows && key < s.len[row];
     const float v = sum.x[i], threshold = s.threshold[row];
     const int64_t r = tile.row0 + row - c0;
-    const bool keep = live && v > threshold;
-    const unsigned keepers = kAggregate ? __ballot_sync(0xffffffffu, keep) : 0u;
-    if (keep) {
-      // Aggregated: the lanes keeping keys of one row share one atomic on its counter (where
-      // rows keep many of their keys, contention on it was the filter's main stall).
-      const int slot = kAggregate
-                           ? warp_reserve(&ws.count[r], keepers & s.row_peers[i][threadIdx.x % 32])
-                           : atomicAdd(&ws.count[r], 1);
-      if (slot < kCandidates) {
-        ws.cand_score[r * kCandidates + slot] = v;
-        ws.cand_pos[r * kCandidates + slot] = key;
-      }
+    if (live && v > threshold) {
+      store_kept(ws, r, atomicAdd(&ws.count[r], 1), v, key);
     } else if (live && v == threshold) {
-      atomicOr(&ws.ties[r * ws.tie_words + key / 32], 1u << (key % 32));
+      mark_tie(ws, r, key);
+    }
+  }
+}
+
+// The same where rows keep many of their keys (short contexts): the lanes keeping keys of one
+// row share one atomic on its counter (contention on it was the filter's main stall), and every
+// element's atomic is issued before any slot is used, so their round trips overlap (waiting on
+// each in turn was a third of the filter's stalls at 8K keys).
+__device__ void keep_candidates_aggregated(const Smem &s, const ElementMap &map, const Acc &sum,
+                                           const Tile &tile, int c0, int key0,
+                                           const Workspace &ws) {
+  const int lane = threadIdx.x % 32;
+  unsigned group[kAccElements];  // the lanes keeping keys of this lane's row
+  int issued[kAccElements];
+#pragma unroll
+  for (int i = 0; i < kAccElements; ++i) {
+    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
+    const bool keep = row < tile.rows && key < s.len[row] && sum.x[i] > s.threshold[row];
+    group[i] = __ballot_sync(kFullMask, keep) & s.row_peers[i][lane];
+    issued[i] = keep ? warp_reserve_issue(&ws.count[tile.row0 + row - c0], group[i]) : 0;
+  }
+#pragma unroll
+  for (int i = 0; i < kAccElements; ++i) {
+    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
+    const bool live = row < tile.rows && key < s.len[row];
+    const float v = sum.x[i], threshold = s.threshold[row];
+    const int64_t r = tile.row0 + row - c0;
+    const int slot = warp_reserve_slot(issued[i], group[i]);
+    if (group[i] >> lane & 1u) {
+      store_kept(ws, r, slot, v, key);
+    } else if (live && v == threshold) {
+      mark_tie(ws, r, key);
     }
   }
 }
 
 // A call whose rows all keep every key (keeps_all of its max_seq_len): each key's slot is its
-// position, so no counter is contended. The select reads count = L, which the threshold kernel
-// writes from the same row length: every slot below it is written here.
+// position, so no counter is contended and no position is stored. The select reads count = L,
+// which the threshold kernel writes from the same row length: every slot below it is written
+// here.
 __device__ void keep_every_key(const Smem &s, const ElementMap &map, const Acc &sum,
                                const Tile &tile, int c0, int key0, const Workspace &ws) {
 #pragma unroll
@@ -236,7 +272,6 @@ __device__ void keep_every_key(const Smem &s, const ElementMap &map, const Acc &
     const int64_t r = tile.row0 + row - c0;
     if (row < tile.rows && key < s.len[row]) {
       ws.cand_score[r * kCandidates + key] = sum.x[i];
-      ws.cand_pos[r * kCandidates + key] = key;
     }
   }
 }
@@ -285,9 +320,10 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
         write_samples(map, sum, tile, c0, g * kSampleGroup + f * kFrag, ws);
       } else if (kPass == Pass::kFilterAll) {
         keep_every_key(s, map, sum, tile, c0, key0 + f * kFrag, ws);
+      } else if (kPass == Pass::kFilterAggregated) {
+        keep_candidates_aggregated(s, map, sum, tile, c0, key0 + f * kFrag, ws);
       } else {
-        keep_candidates<kPass == Pass::kFilterAggregated>(s, map, sum, tile, c0, key0 + f * kFrag,
-                                                          ws);
+        keep_candidates(s, map, sum, tile, c0, key0 + f * kFrag, ws);
       }
     }
   }

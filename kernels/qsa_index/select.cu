@@ -114,12 +114,13 @@ __device__ void take_candidate_ties(int n, const Radix full, SelectSmem &s) {
   }
 }
 
-// Top r.need of the n candidates matching r, from level `level` on. Stops as soon as the chosen
-// bin is taken whole (scores are spread, so that is usually a level or two early).
-__device__ void select_candidates(int n, Radix r, int level, SelectSmem &s) {
-  for (;; ++level) {
+// Top r.need of the n candidates matching r, from level `level` on, whose histogram is already
+// in s.radix when `counted`. Stops as soon as the chosen bin is taken whole (scores are spread,
+// so that is usually a level or two early).
+__device__ void select_candidates(int n, Radix r, int level, bool counted, SelectSmem &s) {
+  for (;; ++level, counted = false) {
     const int width = radix_bits(level);
-    key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
+    if (!counted) key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
     find_bin(width, r.need, s.radix);
     const Radix next = narrowed(r, width, s.radix);
     const bool whole_bin = s.radix.in_bin == (uint32_t)next.need;
@@ -175,8 +176,8 @@ struct RecomputedRow {
 // Appends the lanes' keys with `take` to the candidates: one shared atomic per warp.
 __device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int pos, SelectSmem &s) {
   const unsigned takers = __ballot_sync(kFullMask, take);
+  const uint32_t slot = warp_reserve_slot(warp_reserve_issue(&s.cand_count, takers), takers);
   if (!take) return;
-  const uint32_t slot = warp_reserve(&s.cand_count, takers);
   s.cand_key[slot] = key;
   s.cand_pos[slot] = pos;
 }
@@ -237,7 +238,7 @@ __device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
     const bool collect = !last && in_bin <= (uint32_t)kCandidates;
     rescue_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
     if (last) return take_row_ties(row, next, s);
-    if (collect) return select_candidates((int)in_bin, next, level + 1, s);
+    if (collect) return select_candidates((int)in_bin, next, level + 1, false, s);
     r = next;
   }
 }
@@ -291,6 +292,24 @@ __device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
   if (threadIdx.x == 0) p.sel_count[t] = total;
 }
 
+// A row of at most K keys selects them all: positions 0..L-1, every page whole but the last.
+__device__ void emit_every_key(const Params &p, int t, int len) {
+  const int pages = (len + kPage - 1) / kPage;
+  int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
+  for (int i = threadIdx.x; p.topk_idx != nullptr && i < p.topk; i += kThreads) {
+    out[i] = i < len ? i : -1;
+  }
+  if (p.sel_blocks == nullptr) return;
+  int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
+  uint64_t *masks = p.sel_mask + (int64_t)t * p.sel_mask_stride;
+  for (int g = threadIdx.x; g < p.sel_width; g += kThreads) {
+    const int rest = len - g * kPage;
+    blocks[g] = g < pages ? g : -1;
+    masks[g] = rest >= kPage ? ~0ull : rest > 0 ? (1ull << rest) - 1 : 0ull;
+  }
+  if (threadIdx.x == 0) p.sel_count[t] = pages;
+}
+
 // The first `need` set bits of the row's tie bitmap, in position order, into the selection.
 __device__ void take_ties(const uint32_t *ties, int words, int need, SelectSmem &s) {
   int base = 0;
@@ -314,6 +333,7 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
   const int64_t row = (int64_t)blockIdx.x * kCandidates;
   const uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   const int words = (len + 31) / 32;
+  const bool slot_is_position = keeps_all(p.max_seq_len);  // keep_every_key stores no positions
   int tied = 0;
   if (n < p.topk) {  // every kept key is taken: are there enough ties to fill up to K?
     int partial = 0;
@@ -321,14 +341,22 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
     block_exclusive_scan<kThreads>(partial, s.radix.scan, &tied);
     if (n + tied < p.topk) return false;
   }
+  // The copy into shared memory also counts the first radix level when a selection follows.
+  const bool select = n >= p.topk;
+  if (select) clear_histogram<kThreads>(radix_bits(0), s.radix);
 #pragma unroll 4  // several loads in flight per thread: this copy is latency-bound
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    s.cand_key[i] = order_key(ws.cand_score[row + i]);
-    s.cand_pos[i] = ws.cand_pos[row + i];
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const uint32_t key = i < n ? order_key(ws.cand_score[row + i]) : 0u;
+    if (i < n) {
+      s.cand_key[i] = key;
+      s.cand_pos[i] = slot_is_position ? i : ws.cand_pos[row + i];
+    }
+    if (select) warp_histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
   }
   __syncthreads();
-  if (n >= p.topk) {
-    select_candidates(n, Radix{0u, 0, p.topk}, 0, s);
+  if (select) {
+    select_candidates(n, Radix{0u, 0, p.topk}, 0, true, s);
   } else {
     for (int i = threadIdx.x; i < n; i += kThreads) mark_position(s.cand_pos[i], s);
     take_ties(ties, words, p.topk - n, s);
@@ -353,14 +381,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int t = c0 + blockIdx.x, r = row_request(p, t);
   const int len = r < 0 ? 0 : row_length(p, r, t);
   const int pages = (len + kPage - 1) / kPage;
+  if (len <= p.topk) return emit_every_key(p, t, len);
   const int words = 2 * pages;  // whole pages, so every mask word is initialised
-  for (int w = threadIdx.x; w < words; w += kThreads) {  // L <= K: every key is selected
-    const int first = w * 32;
-    const uint32_t all = first + 32 <= len ? ~0u : first < len ? (1u << (len - first)) - 1 : 0u;
-    s.bitmap[w] = len > p.topk ? 0u : all;
-  }
+  for (int w = threadIdx.x; w < words; w += kThreads) s.bitmap[w] = 0u;
   __syncthreads();
-  if (len > p.topk && !select_kept(p, ws, len, s)) {
+  if (!select_kept(p, ws, len, s)) {
     load_row_queries(p, t, s);
     const RecomputedRow row{p.k_index,
                             p.block_table + r * p.block_table_stride,

@@ -291,7 +291,9 @@ void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
       tied += __builtin_popcount(out.ties[size_t(t) * v.tie_words + w]);
     rescued += n + tied < c.topk || n > v.candidates;
     for (int i = 0; i < std::min(n, v.candidates); ++i) {
-      const int pos = out.cand_pos[size_t(t) * v.candidates + i];
+      const int pos = in.max_seq_len <= v.keep_all_max_len  // slot i holds key i
+                          ? i
+                          : out.cand_pos[size_t(t) * v.candidates + i];
       ASSERT_TRUE(pos >= 0 && pos < len) << "row " << t << " kept position " << pos;
       kept.Add(out.cand_score[size_t(t) * v.candidates + i], ref[t][pos]);
     }
