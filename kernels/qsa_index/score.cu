@@ -211,19 +211,36 @@ __device__ __forceinline__ void mark_tie(const Workspace &ws, int64_t r, int key
 }
 
 // Keeps the keys strictly above their row's threshold (a few percent at long contexts) as
-// candidates, one slot atomic per kept key, and marks those equal to it as ties.
+// candidates, one slot atomic per kept key, and marks those equal to it as ties. The atomics of
+// kBatch elements are issued before any of their slots is used, so their round trips overlap
+// (waiting on each in turn was 31% of the filter's stalls at 131072 keys). H200, 1024 rows,
+// 64K keys, ms: one at a time 0.689, two 0.667, four 0.622, eight 0.676 (spills at the 128
+// registers of four blocks per SM; three blocks per SM were slower still).
 __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc &sum,
                                 const Tile &tile, int c0, int key0, const Workspace &ws) {
+  constexpr int kBatch = 4;
 #pragma unroll
-  for (int i = 0; i < kAccElements; ++i) {
-    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
-    const bool live = row < tile.rows && key < s.len[row];
-    const float v = sum.x[i], threshold = s.threshold[row];
-    const int64_t r = tile.row0 + row - c0;
-    if (live && v > threshold) {
-      store_kept(ws, r, atomicAdd(&ws.count[r], 1), v, key);
-    } else if (live && v == threshold) {
-      mark_tie(ws, r, key);
+  for (int i0 = 0; i0 < kAccElements; i0 += kBatch) {
+    unsigned kept = 0u;  // bit j: element i0 + j is kept
+    int slot[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = i0 + j, row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
+      const bool live = row < tile.rows && key < s.len[row];
+      const float v = sum.x[i], threshold = s.threshold[row];
+      const int64_t r = tile.row0 + row - c0;
+      slot[j] = 0;
+      if (live && v > threshold) {
+        kept |= 1u << j;
+        slot[j] = atomicAdd(&ws.count[r], 1);
+      } else if (live && v == threshold) {
+        mark_tie(ws, r, key);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = i0 + j, row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
+      if (kept >> j & 1u) store_kept(ws, tile.row0 + row - c0, slot[j], sum.x[i], key);
     }
   }
 }
