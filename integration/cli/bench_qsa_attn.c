@@ -14,9 +14,10 @@ enum { kHq = 4, kHkv = 1, kDim = 256, kPage = 64, kTopk = 2048, kRun = 16 };
  * heads of one KV head. The kernel gathers the union of a tile's selections once, which is what
  * the gathered-bytes line reports. */
 enum { kTileRows = 32 / (kHq / kHkv) };
-/* The most rows any kernel could attend together while it keeps their output on chip: 64 rows'
- * fp32 O (4 heads x D 256 x 4 B = 4 KB a row) fill a V100 SM's 256 KB of registers. The union of
- * 64 rows' selections is what such a kernel gathers at the least (the bound line). */
+/* Rows a kernel can attend together while their output stays in registers: 64 rows' fp32 O
+ * (4 heads x D 256 x 4 B = 4 KB a row) fill an SM's 256 KB register file (V100 and H200 alike).
+ * Over consecutive 64-row tiles, the unions of the tiles' selections are what such a kernel
+ * gathers at the least (the bound line). */
 enum { kBoundRows = 64 };
 enum { kChunkRows = 8192, kMaxKeys = 131072, kMaxPages = kMaxKeys / kPage };
 
@@ -235,8 +236,9 @@ static double time_chunk(const sm70ops_host *h, attn_buffers *b, int end) {
 }
 
 /* What the kernel's tiles gather (each tile's union once), and what 64-row tiles would: the
- * latter at copy bandwidth bounds any kernel that keeps its rows' output on chip, wherever the
- * context's K and V outgrow the L2 (at 128K, 128 MB a KV head: a V100 has 6 MB, an H200 50). */
+ * latter at copy bandwidth bounds any kernel that keeps its rows' output in registers, wherever
+ * the context's K and V outgrow the L2 (at 128K, 128 MB a KV head: a V100 has 6 MB, an H200
+ * 50). */
 static void print_gathered(double tile_tokens, double bound_tokens, double ms, bench_work work,
                            const bench_ceiling *device) {
   const double token_bytes = kHkv * kDim * 4; /* its K and V rows, fp16 */
@@ -248,7 +250,7 @@ static void print_gathered(double tile_tokens, double bound_tokens, double ms, b
   if (device == NULL) return;
   const double bound_ms = bound_bytes / (device->tbytes_s * 1e12) * 1e3;
   printf(
-      "    %d-row tiles (the most whose fp32 output fits on chip) would still gather %.1f GB: "
+      "    %d-row tiles (their fp32 output fills an SM's registers) would still gather %.1f GB: "
       "%.2f ms at %.2f TB/s, %.1fx the floor\n",
       kBoundRows, bound_bytes / 1e9, bound_ms, device->tbytes_s,
       bound_ms / bench_floor_ms(work, device));

@@ -24,7 +24,7 @@ __device__ __forceinline__ int warp_inclusive_scan(int value) {
 // so that a caller can issue several reservations before it uses any and their round trips
 // overlap. warp_reserve_issue: the atomic's result in the group's first lane (an empty group
 // issues none). warp_reserve_slot: called by every lane of the warp; a lane of `group` gets its
-// slot, any other lane a value to ignore.
+// slot, any other lane a value to ignore (for an empty group the source lane, -1, reads lane 31).
 template <class T>
 __device__ __forceinline__ T warp_reserve_issue(T *counter, unsigned group) {
   const int lane = threadIdx.x & 31;

@@ -11,8 +11,9 @@
 //   3. filter     (score.cu)  every key is scored; those above the threshold are kept, those at
 //                             it marked;
 //   4. select     (select.cu) exact radix top-K among the kept keys in shared memory (keys tied
-//                             at the threshold come from a bitmap), then the expansion. A row the
-//                             sample misjudged is rescued, not approximated.
+//                             at the threshold come from a bitmap), then the expansion; a row of
+//                             at most K keys takes them all without one. A row the sample
+//                             misjudged is rescued, not approximated.
 #include "kernels/qsa_index/qsa_index.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 

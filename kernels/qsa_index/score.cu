@@ -213,9 +213,9 @@ __device__ __forceinline__ void mark_tie(const Workspace &ws, int64_t r, int key
 // Keeps the keys strictly above their row's threshold (a few percent at long contexts) as
 // candidates, one slot atomic per kept key, and marks those equal to it as ties. The atomics of
 // kBatch elements are issued before any of their slots is used, so their round trips overlap
-// (waiting on each in turn was 31% of the filter's stalls at 131072 keys). H200, 1024 rows,
-// 64K keys, ms: one at a time 0.689, two 0.667, four 0.622, eight 0.676 (spills at the 128
-// registers of four blocks per SM; three blocks per SM were slower still).
+// (waiting on each in turn was 31% of the filter's stalls at 131072 keys). The whole op on an
+// H200, 1024 rows x 64K keys, one run, ms: one at a time 0.689, two 0.667, four 0.622, eight
+// 0.676 (spills at the 128 registers of four blocks per SM; three blocks per SM were slower).
 __device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc &sum,
                                 const Tile &tile, int c0, int key0, const Workspace &ws) {
   constexpr int kBatch = 4;

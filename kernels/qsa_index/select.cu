@@ -8,7 +8,8 @@
 //              threshold. A row the sample misjudged (too few kept, or more than kCandidates) is
 //              rescued: the same selection over scores recomputed on CUDA cores, exact but slow.
 //              The selection is a bitmap in shared memory whose 64-bit words are the pages'
-//              masks, so indices and expansion come out of one ordered scan.
+//              masks, so indices and expansion come out of one ordered scan. A row of at most
+//              K keys needs none of this: emit_every_key writes all of them out directly.
 #include <cuda_fp16.h>
 
 #include "kernels/common/radix_select.cuh"
@@ -342,8 +343,8 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
     if (n + tied < p.topk) return false;
   }
   // The copy into shared memory also counts the first radix level when a selection follows.
-  const bool select = n >= p.topk;
-  if (select) clear_histogram<kThreads>(radix_bits(0), s.radix);
+  const bool radix_follows = n >= p.topk;
+  if (radix_follows) clear_histogram<kThreads>(radix_bits(0), s.radix);
 #pragma unroll 4  // several loads in flight per thread: this copy is latency-bound
   for (int base = 0; base < n; base += kThreads) {
     const int i = base + threadIdx.x;
@@ -352,10 +353,10 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
       s.cand_key[i] = key;
       s.cand_pos[i] = slot_is_position ? i : ws.cand_pos[row + i];
     }
-    if (select) warp_histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
+    if (radix_follows) warp_histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
   }
   __syncthreads();
-  if (select) {
+  if (radix_follows) {
     select_candidates(n, Radix{0u, 0, p.topk}, 0, true, s);
   } else {
     for (int i = threadIdx.x; i < n; i += kThreads) mark_position(s.cand_pos[i], s);
