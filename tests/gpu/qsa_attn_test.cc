@@ -10,7 +10,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <numeric>
 #include <ostream>
 #include <random>
 #include <set>
@@ -27,7 +26,6 @@ namespace sm70ops_gpu {
 namespace {
 
 using sm70ops::ref::Selection;
-using sm70ops::ref::Varlen;
 
 constexpr int kPage = 64;
 
@@ -52,9 +50,8 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
-struct Inputs {
-  Varlen meta;
-  int rows = 0, max_seq_len = 0, max_query_len = 0, num_pages = 0;
+// The batch (requests' pages scattered over a shuffled cache with 2 spare pages) and its data.
+struct Inputs : sm70ops::ref::ScatteredBatch {
   std::vector<uint16_t> q;
   sm70ops::ref::KvCache kv;
   Selection sel;
@@ -62,30 +59,6 @@ struct Inputs {
 };
 
 int Pages(int tokens) { return (tokens + kPage - 1) / kPage; }
-
-void BuildMeta(const Case &c, std::mt19937 &rng, Inputs &in) {
-  in.meta.query_start_loc = {0};
-  for (auto [query_len, seq_len] : c.requests) {
-    in.meta.query_start_loc.push_back(in.meta.query_start_loc.back() + query_len);
-    in.meta.seq_lens.push_back(seq_len);
-    in.max_seq_len = std::max(in.max_seq_len, seq_len);
-    in.max_query_len = std::max(in.max_query_len, query_len);
-  }
-  in.rows = in.meta.query_start_loc.back();
-  in.meta.max_pages = Pages(in.max_seq_len);
-  int used = 0;
-  for (auto [q, seq_len] : c.requests) used += Pages(seq_len);
-  in.num_pages = used + 2;
-  std::vector<int32_t> physical(in.num_pages);
-  std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
-  in.meta.block_table.assign(c.requests.size() * in.meta.max_pages, -1);
-  for (size_t r = 0, next = 0; r < c.requests.size(); ++r) {
-    for (int p = 0; p < Pages(c.requests[r].second); ++p) {
-      in.meta.block_table[r * in.meta.max_pages + p] = physical[next++];
-    }
-  }
-}
 
 // Up to k positions in [0, len): runs of 16 from random starts.
 std::set<int32_t> Clustered(int len, int k, std::mt19937 &rng) {
@@ -153,7 +126,8 @@ double MeanNeighbourJaccard(const std::vector<sm70ops::ref::Expansion> &rows) {
 Inputs MakeInputs(const Case &c) {
   std::mt19937 rng(uint32_t(std::hash<std::string>{}(c.name)));
   Inputs in;
-  BuildMeta(c, rng, in);
+  static_cast<sm70ops::ref::ScatteredBatch &>(in) =
+      sm70ops::ref::scattered_batch(c.requests, 2, rng);
   in.q = sm70ops::ref::random_halves(size_t(in.rows) * c.q_heads * c.head_dim, rng);
   const size_t kv_elems = size_t(in.num_pages) * kPage * c.kv_heads * c.head_dim;
   in.kv = {sm70ops::ref::random_halves(kv_elems, rng), sm70ops::ref::random_halves(kv_elems, rng),

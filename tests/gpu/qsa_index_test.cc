@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <numeric>
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
@@ -25,16 +25,9 @@
 namespace sm70ops_gpu {
 namespace {
 
-using sm70ops::ref::Varlen;
-
-struct Request {
-  int query_len;
-  int seq_len;
-};
-
 struct Case {
   std::string name;
-  std::vector<Request> requests;
+  std::vector<std::pair<int, int>> requests;  // (query_len, seq_len)
   int topk;
   int q_row_pad = 0;               // extra halves between q rows: a strided q view
   bool repeated_keys = false;      // a few distinct keys repeated: exact ties everywhere
@@ -48,40 +41,13 @@ void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
 constexpr int kHeads = 4, kDim = 128, kPage = 64;
 
-struct Inputs {
-  Varlen meta;
-  int rows = 0, max_seq_len = 0, max_query_len = 0, num_pages = 0;
+// The batch (requests' pages scattered over a shuffled cache with 3 spare pages) and its data.
+struct Inputs : sm70ops::ref::ScatteredBatch {
   std::vector<uint16_t> q, k;  // q dense [T,4,128]; k [num_pages,64,128]
   std::vector<float> w;
 };
 
 int Pages(int tokens) { return (tokens + kPage - 1) / kPage; }
-
-// Requests' pages scattered over a shuffled cache with spare pages, so logical != physical.
-void BuildMeta(const Case &c, std::mt19937 &rng, Inputs &in) {
-  in.meta.query_start_loc = {0};
-  for (const Request &r : c.requests) {
-    in.meta.query_start_loc.push_back(in.meta.query_start_loc.back() + r.query_len);
-    in.meta.seq_lens.push_back(r.seq_len);
-    in.max_seq_len = std::max(in.max_seq_len, r.seq_len);
-    in.max_query_len = std::max(in.max_query_len, r.query_len);
-  }
-  in.rows = in.meta.query_start_loc.back();
-  in.meta.max_pages = Pages(in.max_seq_len);
-  int used = 0;
-  for (const Request &r : c.requests) used += Pages(r.seq_len);
-  in.num_pages = used + 3;
-  std::vector<int32_t> physical(in.num_pages);
-  std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
-  in.meta.block_table.assign(c.requests.size() * in.meta.max_pages, -1);
-  int next = 0;
-  for (size_t r = 0; r < c.requests.size(); ++r) {
-    for (int p = 0; p < Pages(c.requests[r].seq_len); ++p) {
-      in.meta.block_table[r * in.meta.max_pages + p] = physical[next++];
-    }
-  }
-}
 
 // Keys at the positions the kernels sample (the first 32 of every 512) scaled by 4, so every
 // row's threshold lands above nearly all unsampled keys and too few keys reach it.
@@ -101,7 +67,8 @@ void ScaleSampledKeys(Inputs &in) {
 Inputs MakeInputs(const Case &c, uint32_t seed) {
   std::mt19937 rng(seed);
   Inputs in;
-  BuildMeta(c, rng, in);
+  static_cast<sm70ops::ref::ScatteredBatch &>(in) =
+      sm70ops::ref::scattered_batch(c.requests, 3, rng);
   in.q = sm70ops::ref::random_halves(size_t(in.rows) * kHeads * kDim, rng);
   in.k = sm70ops::ref::random_halves(size_t(in.num_pages) * kPage * kDim, rng);
   if (c.repeated_keys) {  // every token's key is one of 7 distinct keys

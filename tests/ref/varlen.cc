@@ -1,5 +1,7 @@
 #include "tests/ref/varlen.h"
 
+#include <algorithm>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -52,6 +54,34 @@ int64_t physical_token(const Varlen& meta, int request, int position) {
   const int32_t page =
       meta.block_table[static_cast<size_t>(request) * meta.max_pages + position / kPageSize];
   return static_cast<int64_t>(page) * kPageSize + position % kPageSize;
+}
+
+ScatteredBatch scattered_batch(const std::vector<std::pair<int, int>>& requests, int spare,
+                               std::mt19937& rng) {
+  const auto pages = [](int tokens) { return (tokens + kPageSize - 1) / kPageSize; };
+  ScatteredBatch b;
+  b.meta.query_start_loc = {0};
+  int used = 0;
+  for (const auto& [query_len, seq_len] : requests) {
+    b.meta.query_start_loc.push_back(b.meta.query_start_loc.back() + query_len);
+    b.meta.seq_lens.push_back(seq_len);
+    b.max_seq_len = std::max(b.max_seq_len, seq_len);
+    b.max_query_len = std::max(b.max_query_len, query_len);
+    used += pages(seq_len);
+  }
+  b.rows = b.meta.query_start_loc.back();
+  b.meta.max_pages = pages(b.max_seq_len);
+  b.num_pages = used + spare;
+  std::vector<int32_t> physical(b.num_pages);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  b.meta.block_table.assign(requests.size() * b.meta.max_pages, -1);
+  for (size_t r = 0, next = 0; r < requests.size(); ++r) {
+    for (int p = 0; p < pages(requests[r].second); ++p) {
+      b.meta.block_table[r * b.meta.max_pages + p] = physical[next++];
+    }
+  }
+  return b;
 }
 
 }  // namespace sm70ops::ref

@@ -3,6 +3,8 @@
 #define SM70OPS_TESTS_REF_VARLEN_H_
 
 #include <cstdint>
+#include <random>
+#include <utility>
 #include <vector>
 
 namespace sm70ops::ref {
@@ -33,6 +35,17 @@ std::vector<RowInfo> varlen_rows(const Varlen& meta);
 // Index of token `position` of request `request` in a [num_pages, 64, ...] cache, counted in
 // tokens (physical page * 64 + position % 64).
 int64_t physical_token(const Varlen& meta, int request, int position);
+
+// A batch for the GPU tests: requests given as {query_len, seq_len} (the rows are the last
+// query_len positions of seq_len), their pages scattered over a shuffled pool of `spare` more
+// pages than they use, so that a wrong block_table lookup reads other data.
+struct ScatteredBatch {
+  Varlen meta;
+  int rows = 0, max_seq_len = 0, max_query_len = 0;
+  int num_pages = 0;  // the pool
+};
+ScatteredBatch scattered_batch(const std::vector<std::pair<int, int>>& requests, int spare,
+                               std::mt19937& rng);
 
 }  // namespace sm70ops::ref
 
