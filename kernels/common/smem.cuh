@@ -19,8 +19,9 @@ void allow_dynamic_smem(Kernel *kernel, size_t bytes) {
                        static_cast<int>(bytes));
 }
 
-// A kernel that needs more than one block's shared memory on an SM (several blocks per SM) asks
-// for the largest carveout, at the price of L1: the driver's default need not reserve that much.
+// A kernel whose blocks on one SM need more shared memory than the driver's default carveout
+// may reserve (several blocks per SM, or one large one) asks for the largest carveout, at the
+// price of L1.
 template <class Kernel>
 void prefer_max_carveout(Kernel *kernel) {
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,

@@ -80,12 +80,12 @@ struct ScanSmem {
   int32_t scratch[kScanThreads / 32 + 1];
 };
 
-// Entry `tile` of a table that holds `total` tiles and whose experts start at `start` (experts
-// without tiles share their start with the next expert that has some: the last one at or before
-// `tile` owns it); past `total`, an empty entry.
-__device__ int4 tile_entry(const ScanSmem &s, const int32_t *start, int experts, int tile,
-                           int total, bool big) {
+// Entry `tile` of the big- or small-tile table, which holds `total` tiles (experts without
+// tiles share their start with the next expert that has some: the last one at or before `tile`
+// owns it); past `total`, an empty entry.
+__device__ int4 tile_entry(const ScanSmem &s, int experts, int tile, int total, bool big) {
   if (tile >= total) return make_int4(-1, 0, 0, 0);
+  const int32_t *start = big ? s.big_start : s.small_start;
   const int owner = last_at_most(start, experts, tile);
   const int count = s.count[owner];
   const int i = tile - start[owner];  // the expert's i-th tile of this table
@@ -121,11 +121,10 @@ __global__ void __launch_bounds__(kScanThreads)
   }
   __syncthreads();
   for (int tile = threadIdx.x; tile < pass.big_table_size; tile += blockDim.x) {
-    w.tiles[tile] = tile_entry(s, s.big_start, p.experts, tile, total_big, true);
+    w.tiles[tile] = tile_entry(s, p.experts, tile, total_big, true);
   }
   for (int tile = threadIdx.x; tile < pass.small_table_size; tile += blockDim.x) {
-    w.tiles[pass.big_table_size + tile] =
-        tile_entry(s, s.small_start, p.experts, tile, total_small, false);
+    w.tiles[pass.big_table_size + tile] = tile_entry(s, p.experts, tile, total_small, false);
   }
 }
 

@@ -26,8 +26,9 @@ constexpr int kFrag = 16;  // WMMA m16n16k16
 constexpr int kWarps = 4;  // 128 threads
 // Blocks per SM the registers are capped for: four hide the key loads' latency on an H200 (12%
 // faster than three at 1024 x 131072); a V100 build keeps three, which needs no spills.
+constexpr int kV100BlocksPerSm = 3;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
-constexpr int kBlocksPerSm = 3;
+constexpr int kBlocksPerSm = kV100BlocksPerSm;
 #else
 constexpr int kBlocksPerSm = 4;
 #endif
@@ -52,7 +53,8 @@ struct __align__(32) Smem {
   float threshold[kTileRows];
   int32_t len[kTileRows];  // keys each row sees (causal bound)
 };
-static_assert(3 * sizeof(Smem) <= kV100SmemBytes, "static shared memory, three blocks per V100 SM");
+static_assert(kV100BlocksPerSm * sizeof(Smem) <= kV100SmemBytes,
+              "static shared memory for the V100's blocks per SM");
 
 using Tile = VarlenTile;
 
@@ -277,7 +279,7 @@ __device__ void keep_candidates_aggregated(const Smem &s, const ElementMap &map,
   }
 }
 
-// A call whose rows all keep every key (keeps_all of its max_seq_len): each key's slot is its
+// A call whose rows all keep every key (call_keeps_all): each key's slot is its
 // position, so no counter is contended and no position is stored. The select reads count = L,
 // which the threshold kernel writes from the same row length: every slot below it is written
 // here.
@@ -301,7 +303,7 @@ __device__ int tile_length(const Params &p, const Smem &s) {
 }
 
 // The sample pass, and the filter pass with a slot atomic per kept key or per row and warp, or
-// (keep-all chunks) none.
+// (call_keeps_all) none.
 enum class Pass { kSample, kFilter, kFilterAggregated, kFilterAll };
 
 template <Pass kPass>
@@ -374,7 +376,7 @@ void launch_score(const Params &p, int c0, int c1, const Workspace &w, int group
 }  // namespace
 
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  if (keeps_all(p.max_seq_len)) return;  // no row needs samples
+  if (call_keeps_all(p)) return;  // no row needs samples
   const int groups = groups_per_block(p, c0, c1, kSampleSpan, kWarps);
   launch_score<Pass::kSample>(p, c0, c1, w, groups, score_grid(p, c0, c1, groups * kSampleSpan),
                               stream);
@@ -388,7 +390,7 @@ void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStre
   // faster at 4K keys, 4% at 16K, 5% slower at 32K and 3% at 128K; again once both issued their
   // atomics ahead, ms, aggregated against not: 8K 0.217 / 0.263, 16K 0.285 / 0.330, 32K 0.427 /
   // 0.422, 64K 0.716 / 0.618, 131072 1.27 / 1.07).
-  if (keeps_all(p.max_seq_len)) {
+  if (call_keeps_all(p)) {
     launch_score<Pass::kFilterAll>(p, c0, c1, w, groups, grid, stream);
   } else if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
     launch_score<Pass::kFilterAggregated>(p, c0, c1, w, groups, grid, stream);

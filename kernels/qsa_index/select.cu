@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (threadIdx.x == 0) {
     ws.threshold[blockIdx.x] = threshold;
-    // A keep-all chunk's filter puts key j in slot j (no counter): all L are kept.
-    ws.count[blockIdx.x] = keeps_all(p.max_seq_len) && len > p.topk ? len : 0;
+    // A keep-all call's filter puts key j in slot j (no counter): all L are kept.
+    ws.count[blockIdx.x] = call_keeps_all(p) && len > p.topk ? len : 0;
   }
   uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   for (int w = threadIdx.x; w < ws.tie_words; w += kThreads) ties[w] = 0;
@@ -334,7 +334,7 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
   const int64_t row = (int64_t)blockIdx.x * kCandidates;
   const uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   const int words = (len + 31) / 32;
-  const bool slot_is_position = keeps_all(p.max_seq_len);  // keep_every_key stores no positions
+  const bool slot_is_position = call_keeps_all(p);  // keep_every_key stores no positions
   int tied = 0;
   if (n < p.topk) {  // every kept key is taken: are there enough ties to fill up to K?
     int partial = 0;

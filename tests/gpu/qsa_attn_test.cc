@@ -58,8 +58,6 @@ struct Inputs : sm70ops::ref::ScatteredBatch {
   double overlap = 0;  // mean Jaccard of adjacent rows' page sets
 };
 
-int Pages(int tokens) { return (tokens + kPage - 1) / kPage; }
-
 // Up to k positions in [0, len): runs of 16 from random starts.
 std::set<int32_t> Clustered(int len, int k, std::mt19937 &rng) {
   std::set<int32_t> out;
@@ -132,9 +130,9 @@ Inputs MakeInputs(const Case &c) {
   const size_t kv_elems = size_t(in.num_pages) * kPage * c.kv_heads * c.head_dim;
   in.kv = {sm70ops::ref::random_halves(kv_elems, rng), sm70ops::ref::random_halves(kv_elems, rng),
            c.kv_heads, c.head_dim};
-  const int nb = std::min(Pages(in.max_seq_len), std::max(1, c.topk));
+  const int nb = std::min(in.meta.max_pages, std::max(1, c.topk));
   if (c.pick == Pick::kAll) {
-    in.sel = sm70ops::ref::select_all_tokens(in.meta, Pages(in.max_seq_len));
+    in.sel = sm70ops::ref::select_all_tokens(in.meta, in.meta.max_pages);
   } else {
     const auto rows = PickTokens(c, in, rng);
     in.overlap = MeanNeighbourJaccard(rows);

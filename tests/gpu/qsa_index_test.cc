@@ -47,8 +47,6 @@ struct Inputs : sm70ops::ref::ScatteredBatch {
   std::vector<float> w;
 };
 
-int Pages(int tokens) { return (tokens + kPage - 1) / kPage; }
-
 // Keys at the positions the kernels sample (the first 32 of every 512) scaled by 4, so every
 // row's threshold lands above nearly all unsampled keys and too few keys reach it.
 void ScaleSampledKeys(Inputs &in) {
@@ -121,7 +119,7 @@ void DownloadWorkspace(const DeviceBuffer &workspace, const Case &c, const Input
 class IndexRun {
  public:
   IndexRun(const Case &c, const Inputs &in)
-      : T_(in.rows), K_(c.topk), nb_(std::min<int>(c.topk, Pages(in.max_seq_len))) {
+      : T_(in.rows), K_(c.topk), nb_(std::min<int>(c.topk, in.meta.max_pages)) {
     const int64_t R = int64_t(c.requests.size());
     // q as a strided view at a byte offset inside a larger buffer.
     const int64_t q_row = kHeads * kDim + c.q_row_pad, q_offset_halves = 128;
