@@ -75,8 +75,9 @@ TEST(SM70_Lifecycle, ForkAfterCapabilityQueriesThenCudaInChild) {
   EXPECT_EQ(WEXITSTATUS(status), kChildOk);
 }
 
-// A context on the real device holds its blocks to the device's own shared memory limit, not to
-// the plugin's table for its compute capability; the creation log names the limit it read.
+// A context on the real device reads the device's own shared memory limit and its creation log
+// names it. (Where the device and the plugin's table agree, as on an H200, this cannot tell the
+// two apart: tests/plugin/context_smem_test.cc checks which one a plan uses.)
 TEST(SM70_Lifecycle, DeviceContextReadsTheSharedMemoryLimit) {
   SM70OPS_REQUIRE_GPU();
   int optin = 0;
