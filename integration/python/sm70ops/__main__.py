@@ -63,9 +63,19 @@ def summary(decisions):
     return text
 
 
+def _log_to_stderr(level, message):
+    """The C tool's format: "[warn] message"."""
+    name = level.name.lower() if isinstance(level, _abi.LogLevel) else "log"
+    print(f"[{name}] {message}", file=sys.stderr)
+
+
 def run_check(opts):
+    # The plugin warns at context creation about what declines every op or what a plan cannot
+    # see (no device; no code in this build for the GPU): that explains the table, as in the C
+    # tool's check.
     plugin = Plugin(opts.library)
-    with plugin, plugin.context(opts.device, opts.cc) as ctx:
+    with plugin, plugin.context(opts.device, opts.cc, log=_log_to_stderr,
+                                log_level=_abi.LogLevel.WARN) as ctx:
         found = decision_rows(ctx, opts.tp, opts.device)
     print(f"plugin:  {plugin.path}")
     print(f"shapes:  TP{opts.tp} per rank, last chunk of each prompt, one request, "

@@ -70,6 +70,20 @@ def test_python_check_prints_the_c_table(library, c_cli, run_module, tp):
     assert f"TP{tp} per rank" in output
 
 
+def test_python_check_shows_the_plugin_warning_like_the_c_tool(plugin, library, c_cli, run_module):
+    """A plan for a V100 under a build without sm_70 code is explained by the plugin's warning,
+    which both tools print; a build that carries sm_70 has none to print."""
+    warning = "none for compute capability 7.0"
+    c_done = subprocess.run([c_cli, "--library", library, "check", "--cc", "70"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    code, output = run_module("check", "--cc", "70", "--library", library)
+    assert code == 0, output
+    expected = "sm_70" not in plugin.identity().sm_list
+    assert (warning in c_done.stderr) == expected, c_done.stderr
+    assert ("[warn] sm70ops: this build carries code for" in output) == expected, output
+    assert (warning in output) == expected, output
+
+
 def _reasons_in_subprocess(library, env):
     """Reason of every model-shape check, from a fresh interpreter with `env` added."""
     script = textwrap.dedent(f"""

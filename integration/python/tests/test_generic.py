@@ -224,6 +224,20 @@ def test_nvfp4_moe_refuses_unknown_experts(torch):
         generic.nvfp4_moe(x, ids + 10, weights, **w)
 
 
+def spy_row_chunks(monkeypatch):
+    """The chunk lists generic._row_chunks hands out from now on, so a test can tell that a
+    split really happened."""
+    handed_out, real = [], generic._row_chunks
+
+    def spy(rows, width):
+        chunks = list(real(rows, width))
+        handed_out.append(chunks)
+        return chunks
+
+    monkeypatch.setattr(generic, "_row_chunks", spy)
+    return handed_out
+
+
 def test_qsa_attn_row_chunks_give_the_one_pass_result(torch, monkeypatch):
     """A scratch budget of 3 rows (NB 3) splits request 1's 5 rows into 3 + 2 for the expansion,
     and its gather into single rows: same results as one pass and the reference."""
@@ -234,7 +248,9 @@ def test_qsa_attn_row_chunks_give_the_one_pass_result(torch, monkeypatch):
     one_pass = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1)
     monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 4 * 3 * 64 * 3)
     assert generic._row_chunks(5, 4 * 3 * 64) == [(0, 3), (3, 5)]
+    handed_out = spy_row_chunks(monkeypatch)
     out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1)
+    assert [(0, 3), (3, 5)] in handed_out, handed_out
     assert torch.allclose(out.float(), one_pass[0].float(), rtol=1e-3, atol=1e-3)
     assert torch.allclose(lse, one_pass[1], rtol=1e-5, atol=1e-5)
     want_o, _ = ref.qsa_attn(q.float().tolist(), k_cache.float().tolist(),
@@ -252,7 +268,9 @@ def test_nvfp4_moe_expert_chunks_give_the_one_pass_result(torch, monkeypatch):
     assert all(n > 6 and n % 3 for n in counts)
     one_pass = generic.nvfp4_moe(x, ids, weights, **w)
     monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 3 * x.shape[1])
+    handed_out = spy_row_chunks(monkeypatch)
     out = generic.nvfp4_moe(x, ids, weights, **w)
+    assert any(len(chunks) == 3 for chunks in handed_out), handed_out
     assert torch.allclose(out.float(), one_pass.float(), rtol=1e-3, atol=1e-3)
     assert moe_error(out, x, ids, weights, w) <= 5e-3
 
