@@ -7,7 +7,7 @@
 //   2. threshold  (select.cu) each row's sample_rank(K)-th largest sample: a score that about
 //                             16 x sample_rank(K) keys (2K..6K) of the row reach; a row of at
 //                             most kKeepAllMaxLen keys keeps them all (and a call whose
-//                             max_seq_len is that short skips step 1);
+//                             max_seq_len is that short skips steps 1 and 2);
 //   3. filter     (score.cu)  every key is scored; those above the threshold are kept, those at
 //                             it marked;
 //   4. select     (select.cu) exact radix top-K among the kept keys in shared memory (keys tied

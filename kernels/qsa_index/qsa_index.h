@@ -63,9 +63,10 @@ uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_seq_len, uint64_t ca
  * check the scorer directly. samples: [chunk_rows, sample_ld], key g * sample_span + i at column
  * g * sample_group + i, of the rows that see more than keep_all_max_len keys (the others keep
  * all their keys and need none); kept keys: [chunk_rows, candidates] scores and positions,
- * count[r] of them (more than `candidates`: the row overflowed and was rescued; a call whose
- * max_seq_len is at most keep_all_max_len stores no positions: slot j holds key j); ties:
- * [chunk_rows, tie_words] bitmaps of the keys scoring exactly the row's threshold. */
+ * count[r] of them (more than `candidates`: the row overflowed and was rescued); ties:
+ * [chunk_rows, tie_words] bitmaps of the keys scoring exactly the row's threshold. A call whose
+ * max_seq_len is at most keep_all_max_len writes only scores: row r's slot j holds key j, for
+ * every j below its length. */
 typedef struct sm70_qsa_index_workspace_view {
   const float *samples;
   const int32_t *count;

@@ -46,8 +46,9 @@ static_assert(16 * sample_rank(SM70_QSA_INDEX_MAX_TOPK) <= kCandidates * 3 / 4, 
 constexpr int kKeepAllMaxLen = 4096;
 static_assert(kKeepAllMaxLen <= kCandidates, "the kept keys fit the candidates");
 __host__ __device__ inline bool keeps_all(int len) { return len <= kKeepAllMaxLen; }
-// A call all of whose rows keep every key: it runs no sample pass, its filter puts key j in
-// candidate slot j (no counter, no stored position), and its threshold kernel sets count = L.
+// A call all of whose rows keep every key: it runs no sample pass and no threshold kernel, its
+// filter puts key j in candidate slot j (no counter, no stored position), and its select takes
+// count = L.
 __host__ __device__ inline bool call_keeps_all(const Params &p) { return keeps_all(p.max_seq_len); }
 
 __host__ __device__ inline int sample_groups(int max_seq_len) {

@@ -65,7 +65,7 @@ __device__ bool find_tile(const Params &p, int c0, int c1, int slot, Tile *tile)
 // Prologue: Q tile (zeros past the tile's rows), weights, row lengths, row ids, and when
 // filtering the rows' thresholds.
 __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Workspace &ws,
-                          bool filter, Smem &s) {
+                          bool thresholds, Smem &s) {
   constexpr int kChunks = kDim / 8;  // 16-byte pieces of a head row
   for (int i = threadIdx.x; i < kHeads * kTileRows * kChunks; i += blockDim.x) {
     const int h = i / (kTileRows * kChunks), row = (i / kChunks) % kTileRows, c = i % kChunks;
@@ -88,7 +88,7 @@ __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Works
     const int row = threadIdx.x;
     const bool live = row < tile.rows;
     s.len[row] = live ? row_length(p, tile.request, tile.row0 + row) : 0;
-    s.threshold[row] = live && filter ? ws.threshold[tile.row0 + row - c0] : 0.f;
+    s.threshold[row] = live && thresholds ? ws.threshold[tile.row0 + row - c0] : 0.f;
   }
 }
 
@@ -280,9 +280,8 @@ __device__ void keep_candidates_aggregated(const Smem &s, const ElementMap &map,
 }
 
 // A call whose rows all keep every key (call_keeps_all): each key's slot is its
-// position, so no counter is contended and no position is stored. The select reads count = L,
-// which the threshold kernel writes from the same row length: every slot below it is written
-// here.
+// position, so no counter is contended and no position is stored. The select takes count = L
+// from the same row length: every slot below it is written here.
 __device__ void keep_every_key(const Smem &s, const ElementMap &map, const Acc &sum,
                                const Tile &tile, int c0, int key0, const Workspace &ws) {
 #pragma unroll
@@ -313,7 +312,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   Tile tile;
   constexpr bool kSample = kPass == Pass::kSample;
   if (!find_tile(p, c0, c1, blockIdx.x, &tile)) return;
-  load_tile(p, tile, c0, ws, !kSample, s);
+  load_tile(p, tile, c0, ws, kPass == Pass::kFilter || kPass == Pass::kFilterAggregated, s);
   __syncthreads();
   const int len = tile_length(p, s);
   ElementMap map;

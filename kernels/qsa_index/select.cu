@@ -50,8 +50,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (threadIdx.x == 0) {
     ws.threshold[blockIdx.x] = threshold;
-    // A keep-all call's filter puts key j in slot j (no counter): all L are kept.
-    ws.count[blockIdx.x] = call_keeps_all(p) && len > p.topk ? len : 0;
+    ws.count[blockIdx.x] = 0;
   }
   uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   for (int w = threadIdx.x; w < ws.tie_words; w += kThreads) ties[w] = 0;
@@ -329,12 +328,13 @@ __device__ void take_ties(const uint32_t *ties, int words, int need, SelectSmem 
 
 // The top K from what the filter kept. False when it kept too little or too much: rescue the row.
 __device__ bool select_kept(const Params &p, const Workspace &ws, int len, SelectSmem &s) {
-  const int n = ws.count[blockIdx.x];
+  // A keep-all call's filter put key j in slot j, with no counter: all L are kept.
+  const bool slot_is_position = call_keeps_all(p);
+  const int n = slot_is_position ? len : ws.count[blockIdx.x];
   if (n > kCandidates) return false;
   const int64_t row = (int64_t)blockIdx.x * kCandidates;
   const uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   const int words = (len + 31) / 32;
-  const bool slot_is_position = call_keeps_all(p);  // keep_every_key stores no positions
   int tied = 0;
   if (n < p.topk) {  // every kept key is taken: are there enough ties to fill up to K?
     int partial = 0;
@@ -407,6 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace
 
 void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+  if (call_keeps_all(p)) return;  // no row has a threshold, and the select knows count = L
   qsa_index_threshold<<<c1 - c0, kThreads, 0, stream>>>(p, c0, w, sample_rank(p.topk));
 }
 

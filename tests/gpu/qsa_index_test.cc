@@ -247,18 +247,18 @@ void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
       const int key = i / v.sample_group * v.sample_span + i % v.sample_group;
       if (key < len) sampled.Add(out.samples[size_t(t) * v.sample_ld + i], ref[t][key]);
     }
-    const int n = out.count[t];
+    // A keep-all call writes no count, no positions and no ties: slot i holds key i, i < L.
+    const bool call_keeps_all = in.max_seq_len <= v.keep_all_max_len;
+    const int n = call_keeps_all ? len : out.count[t];
     if (len <= v.keep_all_max_len) {
       EXPECT_EQ(n, len) << "row " << t << " keeps all its keys";
     }
     int tied = 0;
-    for (int w = 0; w < v.tie_words; ++w)
+    for (int w = 0; !call_keeps_all && w < v.tie_words; ++w)
       tied += __builtin_popcount(out.ties[size_t(t) * v.tie_words + w]);
     rescued += n + tied < c.topk || n > v.candidates;
     for (int i = 0; i < std::min(n, v.candidates); ++i) {
-      const int pos = in.max_seq_len <= v.keep_all_max_len  // slot i holds key i
-                          ? i
-                          : out.cand_pos[size_t(t) * v.candidates + i];
+      const int pos = call_keeps_all ? i : out.cand_pos[size_t(t) * v.candidates + i];
       ASSERT_TRUE(pos >= 0 && pos < len) << "row " << t << " kept position " << pos;
       kept.Add(out.cand_score[size_t(t) * v.candidates + i], ref[t][pos]);
     }
