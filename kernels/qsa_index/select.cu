@@ -343,17 +343,30 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
     if (n + tied < p.topk) return false;
   }
   // The copy into shared memory also counts the first radix level when a selection follows.
+  // It is latency-bound: each thread loads a batch before it uses any of it (the histogram's
+  // warp votes keep the compiler from hoisting the loads of later iterations on its own).
   const bool radix_follows = n >= p.topk;
   if (radix_follows) clear_histogram<kThreads>(radix_bits(0), s.radix);
-#pragma unroll 4  // several loads in flight per thread: this copy is latency-bound
-  for (int base = 0; base < n; base += kThreads) {
-    const int i = base + threadIdx.x;
-    const uint32_t key = i < n ? order_key(ws.cand_score[row + i]) : 0u;
-    if (i < n) {
-      s.cand_key[i] = key;
-      s.cand_pos[i] = slot_is_position ? i : ws.cand_pos[row + i];
+  constexpr int kBatch = 4;
+  for (int base = 0; base < n; base += kBatch * kThreads) {
+    float score[kBatch];
+    int32_t pos[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads + threadIdx.x;
+      score[j] = i < n ? ws.cand_score[row + i] : 0.f;
+      pos[j] = i < n && !slot_is_position ? ws.cand_pos[row + i] : i;
     }
-    if (radix_follows) warp_histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads + threadIdx.x;
+      const uint32_t key = order_key(score[j]);
+      if (i < n) {
+        s.cand_key[i] = key;
+        s.cand_pos[i] = pos[j];
+      }
+      if (radix_follows) warp_histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
+    }
   }
   __syncthreads();
   if (radix_follows) {
