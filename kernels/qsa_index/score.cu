@@ -352,49 +352,51 @@ dim3 score_grid(const Params &p, int c0, int c1, int keys_per_block) {
               (p.max_seq_len + keys_per_block - 1) / keys_per_block);
 }
 
+// A scorer launch: key groups per block and the grid they give.
+struct ScoreShape {
+  int groups;
+  dim3 grid;
+};
+
 // The most key groups per block, down to min_groups, that still give the GPU kMinBlocks blocks;
 // group g starts at key g * stride. Measured on an H200 (1024 rows, K 2048): a fixed 64 groups
 // per block left the sample pass a few hundred blocks, costing 9% of the index at 32K keys.
-int groups_per_block(const Params &p, int c0, int c1, int stride, int min_groups) {
-  int groups = kMaxGroupsPerBlock;
-  while (groups > min_groups) {
-    const dim3 grid = score_grid(p, c0, c1, groups * stride);
-    if ((int64_t)grid.x * grid.y >= kMinBlocks) break;
-    groups /= 2;
+ScoreShape score_shape(const Params &p, int c0, int c1, int stride, int min_groups) {
+  ScoreShape shape{kMaxGroupsPerBlock, score_grid(p, c0, c1, kMaxGroupsPerBlock * stride)};
+  while (shape.groups > min_groups && (int64_t)shape.grid.x * shape.grid.y < kMinBlocks) {
+    shape.groups /= 2;
+    shape.grid = score_grid(p, c0, c1, shape.groups * stride);
   }
-  return groups;
+  return shape;
 }
 
 template <Pass kPass>
-void launch_score(const Params &p, int c0, int c1, const Workspace &w, int groups, const dim3 &grid,
+void launch_score(const Params &p, int c0, int c1, const Workspace &w, const ScoreShape &shape,
                   cudaStream_t stream) {
   prefer_max_carveout(qsa_index_score_wmma<kPass>);  // three blocks of 31 KB per V100 SM
-  qsa_index_score_wmma<kPass><<<grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, groups);
+  qsa_index_score_wmma<kPass><<<shape.grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, shape.groups);
 }
 
 }  // namespace
 
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   if (call_keeps_all(p)) return;  // no row needs samples
-  const int groups = groups_per_block(p, c0, c1, kSampleSpan, kWarps);
-  launch_score<Pass::kSample>(p, c0, c1, w, groups, score_grid(p, c0, c1, groups * kSampleSpan),
-                              stream);
+  launch_score<Pass::kSample>(p, c0, c1, w, score_shape(p, c0, c1, kSampleSpan, kWarps), stream);
 }
 
 void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  const int groups = groups_per_block(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
-  const dim3 grid = score_grid(p, c0, c1, groups * kKeysPerWarp);
+  const ScoreShape shape = score_shape(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
   // Rows keep about 16 sample_rank(K) keys; aggregating pays when that is an eighth of the
   // context or more (H200, 1024 rows, K 2048, measured while 4K contexts were still sampled: 15%
   // faster at 4K keys, 4% at 16K, 5% slower at 32K and 3% at 128K; again once both issued their
   // atomics ahead, ms, aggregated against not: 8K 0.217 / 0.263, 16K 0.285 / 0.330, 32K 0.427 /
   // 0.422, 64K 0.716 / 0.618, 131072 1.27 / 1.07).
   if (call_keeps_all(p)) {
-    launch_score<Pass::kFilterAll>(p, c0, c1, w, groups, grid, stream);
+    launch_score<Pass::kFilterAll>(p, c0, c1, w, shape, stream);
   } else if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
-    launch_score<Pass::kFilterAggregated>(p, c0, c1, w, groups, grid, stream);
+    launch_score<Pass::kFilterAggregated>(p, c0, c1, w, shape, stream);
   } else {
-    launch_score<Pass::kFilter>(p, c0, c1, w, groups, grid, stream);
+    launch_score<Pass::kFilter>(p, c0, c1, w, shape, stream);
   }
 }
 
