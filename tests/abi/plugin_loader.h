@@ -1,17 +1,16 @@
 // Shared helpers of the ABI conformance suite: loading the plugin the way a host does (dlopen,
-// never linked), contexts that touch no CUDA, environment and log capture, and message matchers.
+// never linked), contexts that touch no CUDA, environment capture, and message matchers.
 #ifndef SM70OPS_TESTS_ABI_PLUGIN_LOADER_H_
 #define SM70OPS_TESTS_ABI_PLUGIN_LOADER_H_
 
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "abi/sm70ops.h"
+#include "tests/abi/log_capture.h"
 
 namespace sm70ops_test {
 
@@ -43,19 +42,6 @@ class LoadedPlugin {
 // SharedPlugin().error() to be empty (AbiTest::SetUp asserts it).
 const LoadedPlugin& SharedPlugin();
 const sm70ops_api& Api();
-
-// Log lines the plugin sends through the host callback.
-class LogCapture {
- public:
-  static void Callback(void* self, sm70ops_log_level level, const char* message);
-  // True when a line at `level` (or at any level when nullopt) contains `needle`.
-  bool Has(const std::string& needle, std::optional<sm70ops_log_level> level = std::nullopt) const;
-  std::string Dump() const;
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::pair<sm70ops_log_level, std::string>> lines_;
-};
 
 struct ContextDeleter {
   const sm70ops_api* api;

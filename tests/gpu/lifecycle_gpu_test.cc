@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/abi/log_capture.h"
 #include "tests/gpu/gpu_env.h"
 
 namespace sm70ops_gpu {
@@ -21,12 +22,8 @@ std::string LibraryPath() {
   return std::string(srcdir ? srcdir : ".") + "/sm70ops/libsm70ops.so";
 }
 
-void AppendLine(void *log, sm70ops_log_level, const char *message) {
-  *static_cast<std::string *>(log) += std::string(message) + "\n";
-}
-
-// With `log`, every message of the loader and the plugin is appended to it.
-sm70ops_host *Open(int32_t compute_capability, std::string *log = nullptr) {
+// With `log`, every message of the loader and the plugin goes to it.
+sm70ops_host *Open(int32_t compute_capability, sm70ops_test::LogCapture *log = nullptr) {
   const std::string path = LibraryPath();
   sm70ops_host_options options = {};
   options.struct_size = sizeof(options);
@@ -34,7 +31,7 @@ sm70ops_host *Open(int32_t compute_capability, std::string *log = nullptr) {
   options.compute_capability = compute_capability;
   if (log != nullptr) {
     options.log_level = SM70OPS_LOG_DEBUG;
-    options.log_fn = AppendLine;
+    options.log_fn = sm70ops_test::LogCapture::Callback;
     options.log_user_data = log;
   }
   sm70ops_host *host = nullptr;
@@ -83,13 +80,12 @@ TEST(SM70_Lifecycle, DeviceContextReadsTheSharedMemoryLimit) {
   int optin = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
             cudaSuccess);
-  std::string log;
+  sm70ops_test::LogCapture log;
   sm70ops_host *host = Open(0, &log);
   ASSERT_NE(host, nullptr);
   sm70ops_host_close(host);
-  EXPECT_NE(log.find(", " + std::to_string(optin / 1024) + " KB of shared memory per block"),
-            std::string::npos)
-      << log;
+  EXPECT_TRUE(log.Has(", " + std::to_string(optin / 1024) + " KB of shared memory per block"))
+      << log.Dump();
 }
 
 // What a process holds: resident set, malloc'd bytes in use, and mappings (a library or
