@@ -25,7 +25,8 @@ pack() {
 
 use_device() {
   local cc
-  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
+  source tools/build_config.sh
+  cc=$(gpu_compute_capability)
   export SM70OPS_LIBRARY=$PWD/.device/libsm70ops.so SM70OPS_CLI=$PWD/.device/sm70ops
   [ "$cc" != 70 ] && export SM70OPS_ALLOW_ARCH=$cc && echo "gpu_tests: compute capability $cc: SM70OPS_ALLOW_ARCH=$cc (validation only)"
 }

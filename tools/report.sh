@@ -8,17 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-# The first GPU's compute capability, e.g. 70; empty without a GPU. A V100 can run only the V100
-# release build, so there it is the default.
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d .) || true
-[ -z "${SM70OPS_CONFIG:-}" ] && [ "$cc" = 70 ] && export SM70OPS_CONFIG=sm70
 source tools/build_config.sh
 bazel build "${build_config[@]}" //:sm70ops //integration/cli:sm70ops 2>&1 | grep -E "ERROR|error:" || true
 cli=bazel-bin/integration/cli/sm70ops
 "$cli" info
 "$cli" check
 if [ "${1:-}" = --cc ]; then "$cli" check --cc "$2"; fi
-if [ -n "$cc" ]; then
+if [ -n "$(gpu_compute_capability)" ]; then
   bash tools/gpu_tests.sh pack
   bash tools/gpu_tests.sh run
 else
