@@ -20,10 +20,13 @@ constexpr int kMaxExperts = SM70_NVFP4_MOE_MAX_EXPERTS;
 constexpr int kMaxTopk = SM70_NVFP4_MOE_MAX_TOPK;
 
 // ---- Grouping (route.cu)
-// A sort block takes 4096 consecutive pairs: 8 warps x 16 steps of 32. Few enough blocks (64 at
-// 16384 tokens x top-16) that one thread per expert scans their counts in a short loop.
+// A sort block takes 1024 consecutive pairs: 8 warps x 4 steps of 32. That gives 80 blocks at
+// T 8192 x top-10, where 4096 pairs a block left most SMs idle (H200, prepared, ms, TP4 / TP1:
+// T 512 0.248 -> 0.231 / 0.679 -> 0.660, T 2048 0.343 -> 0.325 / 0.888 -> 0.866, T 8192 0.887
+// -> 0.869 / 2.281 -> 2.263), and at most 256 (16384 tokens x top-16), whose counts one thread
+// per expert scans eight at a time.
 constexpr int kSortWarps = 8;
-constexpr int kSortSteps = 16;
+constexpr int kSortSteps = 4;
 constexpr int kSortWarpPairs = kSortSteps * 32;
 constexpr int kSortPairs = kSortWarps * kSortWarpPairs;
 constexpr int kScanThreads = kMaxExperts;  // one per expert
