@@ -65,8 +65,8 @@ uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_seq_len, uint64_t ca
  * all their keys and need none); kept keys: [chunk_rows, candidates] scores and positions,
  * count[r] of them (more than `candidates`: the row overflowed and was rescued); ties:
  * [chunk_rows, tie_words] bitmaps of the keys scoring exactly the row's threshold. A call whose
- * max_seq_len is at most keep_all_max_len writes only scores: row r's slot j holds key j, for
- * every j below its length. */
+ * max_seq_len is at most keep_all_max_len writes only scores: slot j of a row longer than K
+ * holds key j, for every j below its length (a row of at most K keys needs no scores). */
 typedef struct sm70_qsa_index_workspace_view {
   const float *samples;
   const int32_t *count;

@@ -56,9 +56,9 @@ __host__ __device__ inline int sample_groups(int max_seq_len) {
 }
 
 // One chunk's workspace: per row a threshold, the keys strictly above it (scores, positions and
-// how many; no positions in a keep-all call), a bitmap of the keys equal to it (ties at the
-// threshold can be numerous: a row whose weights are all negative scores most keys exactly 0), and
-// the samples.
+// how many), a bitmap of the keys equal to it (ties at the threshold can be numerous: a row whose
+// weights are all negative scores most keys exactly 0), and the samples. A keep-all call uses
+// the scores alone (call_keeps_all).
 struct Workspace {
   float *threshold;   // [C]
   int32_t *count;     // [C] keys above the threshold (beyond kCandidates: the row is rescued)

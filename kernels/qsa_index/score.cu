@@ -62,8 +62,8 @@ __device__ bool find_tile(const Params &p, int c0, int c1, int slot, Tile *tile)
   return varlen_find_tile(p.query_start_loc, p.requests, c0, c1, kTileRows, slot, tile);
 }
 
-// Prologue: Q tile (zeros past the tile's rows), weights, row lengths, row ids, and when
-// filtering the rows' thresholds.
+// Prologue: Q tile (zeros past the tile's rows), weights, row lengths, row ids, and when the
+// pass compares with them (not in a keep-all call) the rows' thresholds.
 __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Workspace &ws,
                           bool thresholds, Smem &s) {
   constexpr int kChunks = kDim / 8;  // 16-byte pieces of a head row
