@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks on a machine with a CUDA GPU but no Bazel (the device machine).
-#   bash tools/gpu_tests.sh pack   here: build (default config, or SM70OPS_CONFIG=sm70) and copy
-#                                  the binaries to .device/
+#   bash tools/gpu_tests.sh pack   here: build (default config, or SM70OPS_CONFIG=sm70, which
+#                                  is also the default on a V100) and copy the binaries to .device/
 #   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
 #   bash tools/gpu_tests.sh sanitize  there: the GPU tests under compute-sanitizer's memcheck,
 #                                  racecheck, initcheck and synccheck; a table of errors found
@@ -25,10 +25,13 @@ pack() {
 
 use_device() {
   local cc
-  source tools/build_config.sh
+  source tools/gpu_cc.sh
   cc=$(gpu_compute_capability)
   export SM70OPS_LIBRARY=$PWD/.device/libsm70ops.so SM70OPS_CLI=$PWD/.device/sm70ops
-  [ "$cc" != 70 ] && export SM70OPS_ALLOW_ARCH=$cc && echo "gpu_tests: compute capability $cc: SM70OPS_ALLOW_ARCH=$cc (validation only)"
+  if [ -n "$cc" ] && [ "$cc" != 70 ]; then
+    export SM70OPS_ALLOW_ARCH=$cc
+    echo "gpu_tests: compute capability $cc: SM70OPS_ALLOW_ARCH=$cc (validation only)"
+  fi
 }
 
 # passed failed skipped of a JUnit XML file (GoogleTest's or pytest's).

@@ -14,7 +14,7 @@ cli=bazel-bin/integration/cli/sm70ops
 "$cli" info
 "$cli" check
 if [ "${1:-}" = --cc ]; then "$cli" check --cc "$2"; fi
-if [ -n "$(gpu_compute_capability)" ]; then
+if [ -n "$gpu_cc" ]; then
   bash tools/gpu_tests.sh pack
   bash tools/gpu_tests.sh run
 else
