@@ -200,7 +200,7 @@ __device__ void rescue_pass(const RecomputedRow row, const Radix r, int width, b
     if (collect) {
       collect_candidate(in_bin, k, i, s);
     } else if (next.consumed < 32) {
-      warp_histogram_add(in_bin, digit(k, next.consumed, next_width), s.radix.hist);
+      histogram_add(in_bin, digit(k, next.consumed, next_width), s.radix.hist);
     }
   }
   __syncthreads();
@@ -226,7 +226,7 @@ __device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
   for (int base = 0; base < row.len; base += kThreads) {
     const int i = base + threadIdx.x;
     const uint32_t k = i < row.len ? order_key(row.score(i)) : 0u;
-    warp_histogram_add(i < row.len, digit(k, 0, radix_bits(0)), s.radix.hist);
+    histogram_add(i < row.len, digit(k, 0, radix_bits(0)), s.radix.hist);
   }
   __syncthreads();
   for (int level = 0;; ++level) {
@@ -343,8 +343,8 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
     if (n + tied < p.topk) return false;
   }
   // The copy into shared memory also counts the first radix level when a selection follows.
-  // It is latency-bound: each thread loads a batch before it uses any of it (the histogram's
-  // warp votes keep the compiler from hoisting the loads of later iterations on its own).
+  // It is latency-bound: each thread loads a batch before it uses any of it (measured while the
+  // histogram still voted per warp, which kept the compiler from overlapping the loads itself).
   const bool radix_follows = n >= p.topk;
   if (radix_follows) clear_histogram<kThreads>(radix_bits(0), s.radix);
   constexpr int kBatch = 4;
@@ -365,7 +365,7 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
         s.cand_key[i] = key;
         s.cand_pos[i] = pos[j];
       }
-      if (radix_follows) warp_histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
+      if (radix_follows) histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
     }
   }
   __syncthreads();
