@@ -74,8 +74,10 @@ static void log_device(const sm70ops_context *ctx) {
            ctx->capability_from_host ? " (given by the host)" : "",
            sm70_context_smem_per_block(ctx) / 1024,
            allowed ? "" : ": not SM70, every op will decline");
-  if (!allowed || ctx->no_code_note[0] == '\0') return;
-  sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", ctx->no_code_note,
+  char no_code[sizeof(ctx->no_code_note)];
+  note_missing_code(cc, no_code, sizeof(no_code));
+  if (!allowed || no_code[0] == '\0') return;
+  sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", no_code,
            ctx->capability_from_host
                ? "; checks answer from shapes and policy alone, execute on such a device fails"
                : ": every op will decline");
@@ -135,7 +137,7 @@ sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_con
     free(ctx);
     return status;
   }
-  if (ctx->compute_capability != 0) {
+  if (ctx->compute_capability != 0 && !ctx->capability_from_host) {
     note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
   }
   if (ctx->settings.checked && ctx->capability_from_host) {

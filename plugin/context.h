@@ -20,9 +20,9 @@ struct sm70ops_context {
   sm70_checked_error *checked_host;
   void *checked_device;
   char no_device_note[160];
-  /* Non-empty when this build has no SASS for the compute capability (e.g. a V100 under the
-   * default sm_75/sm_90 build): on a real device every op declines with this note; a capability
-   * given by the host only plans, so its context is warned at creation instead. */
+  /* Non-empty when this build has no SASS for the real device's compute capability (e.g. a V100
+   * under the default sm_75/sm_90 build): every op declines with this note. A capability given
+   * by the host only plans; its context is warned at creation instead (log_device). */
   char no_code_note[160];
 };
 

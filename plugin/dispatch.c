@@ -60,7 +60,7 @@ static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70o
                         ctx->compute_capability / 10, ctx->compute_capability % 10,
                         ctx->compute_capability);
   }
-  if (ctx->no_code_note[0] != '\0' && !ctx->capability_from_host) {
+  if (ctx->no_code_note[0] != '\0') {
     return sm70_decline(plan, SM70OPS_REASON_ARCH, "%s", ctx->no_code_note);
   }
   if (args == NULL) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "args is NULL");
