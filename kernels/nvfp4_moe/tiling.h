@@ -15,7 +15,7 @@ constexpr int kNarrowTileM = 32;
 // 64 or fewer. A big tile therefore always holds more than 64 rows, which the GEMMs' split of big
 // tiles over two blocks (at short K) relies on.
 SM70OPS_HOST_DEVICE inline int big_tiles(int count) {
-  return count / kBigTileM + (count % kBigTileM > kWideTileM ? 1 : 0);
+  return (count + kBigTileM - kWideTileM - 1) / kBigTileM;
 }
 
 // Rows of the expert's big tile i < big_tiles(count): 128, or for the last one 65 to 128.
@@ -36,8 +36,9 @@ SM70OPS_HOST_DEVICE inline int small_tile_m(int rows) {
 }
 
 // Table sizes for `pairs` routed pairs over `experts` experts. An expert's big tiles number
-// exactly (count + 63) / 128: none below 65 rows, so at most m = min(experts, pairs / 65) experts
-// have any, and all together at most (pairs + 63 m) / 128. An expert has at most one small tile.
+// (count + 63) / 128 (big_tiles): none below 65 rows, so at most m = min(experts, pairs / 65)
+// experts have any, and all together at most (pairs + 63 m) / 128. An expert has at most one small
+// tile.
 SM70OPS_HOST_DEVICE inline int max_big_tiles(int pairs, int experts) {
   const int most = pairs / (kWideTileM + 1);
   const int partial = experts < most ? experts : most;

@@ -7,8 +7,8 @@
 // the heads apart, so the ReLU and the weighted head sum happen in registers. Two modes:
 //   sample  scores the first group of every 512 keys into the workspace;
 //   filter  scores every key and keeps those above the row's threshold, and marks those at it
-//           (where rows keep many keys, one slot atomic per row and warp; where the call's
-//           context keeps them all (keeps_all), key j in slot j and no atomic).
+//           (where rows keep many keys, one slot atomic per row and warp; where every row of
+//           the call keeps all its keys (call_keeps_all), key j in slot j and no atomic).
 #include <cuda_fp16.h>
 #include <mma.h>
 

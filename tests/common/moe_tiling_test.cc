@@ -54,7 +54,8 @@ TEST(MoeTiling, TilesCoverEveryCountExactly) {
       }
     }
     EXPECT_EQ(covered, count);
-    EXPECT_EQ(big_tiles(count), (count + kBigTileM - kWideTileM - 1) / kBigTileM) << count;
+    // Counted the long way: whole 128-row tiles, and one more for a rest of more than 64.
+    EXPECT_EQ(big_tiles(count), count / kBigTileM + (count % kBigTileM > kWideTileM)) << count;
   }
 }
 
@@ -70,6 +71,8 @@ TEST(MoeTiling, TablesAreTight) {
   }
   // Ten of 512 experts routed, 65 rows each: min(E, pairs / 65) is the routed ten, not E.
   EXPECT_EQ(10, max_big_tiles(10 * (kWideTileM + 1), 512));
+  // Three one-row pairs over 512 experts: at most three small tiles, not E.
+  EXPECT_EQ(3, max_small_tiles(3, 512));
 }
 
 TEST(MoeTiling, TablesHoldRandomRoutings) {
