@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "integration/host/sm70ops_host.h"
+#include "tests/abi/log_capture.h"
 
 namespace {
 
@@ -18,18 +19,7 @@ std::string PluginPath() {
   return std::string(root != nullptr ? root : ".") + "/sm70ops/libsm70ops.so";
 }
 
-// Both callbacks may be called from several threads at once.
-struct LogRecord {
-  std::mutex mutex;
-  std::vector<std::pair<sm70ops_log_level, std::string>> lines;
-};
-
-void RecordLog(void *user, sm70ops_log_level level, const char *message) {
-  auto *log = static_cast<LogRecord *>(user);
-  std::lock_guard<std::mutex> lock(log->mutex);
-  log->lines.emplace_back(level, message);
-}
-
+// The fallback, like the log callback (LogCapture), may be called from several threads at once.
 struct FallbackCalls {
   std::mutex mutex;
   int count = 0;
@@ -54,10 +44,10 @@ class HostTest : public ::testing::Test {
     opt.library_path = library_.c_str();
     opt.compute_capability = 70;
     opt.log_level = level;
-    opt.log_fn = RecordLog;
+    opt.log_fn = sm70ops_test::LogCapture::Callback;
     opt.log_user_data = &log_;
     sm70ops_status status = sm70ops_host_open(&opt, &host_, err_, sizeof(err_));
-    log_.lines.clear();  // context creation's own lines are the plugin's business
+    log_.Clear();  // context creation's own lines are the plugin's business
     return status;
   }
 
@@ -70,7 +60,7 @@ class HostTest : public ::testing::Test {
   std::string library_;
   sm70ops_host *host_ = nullptr;
   char err_[512] = {};
-  LogRecord log_;
+  sm70ops_test::LogCapture log_;
   FallbackCalls fallback_;
   // Declined with STRUCT_SIZE: a descriptor from a host that forgot struct_size.
   sm70ops_qsa_attn_args no_size_ = {};
@@ -151,24 +141,25 @@ TEST_F(HostTest, NoFallbackMeansNothingRan) {
 TEST_F(HostTest, DecisionLoggedOncePerChange) {
   ASSERT_EQ(Open(PluginPath(), SM70OPS_LOG_INFO), SM70OPS_OK) << err_;
   for (int i = 0; i < 3; ++i) Run(SM70OPS_OP_QSA_ATTN, &no_size_);  // STRUCT_SIZE
-  ASSERT_EQ(log_.lines.size(), 1u);
-  EXPECT_NE(log_.lines[0].second.find("qsa_attn declined (STRUCT_SIZE"), std::string::npos)
-      << log_.lines[0].second;
+  ASSERT_EQ(log_.Lines().size(), 1u);
+  EXPECT_NE(log_.Lines()[0].second.find("qsa_attn declined (STRUCT_SIZE"), std::string::npos)
+      << log_.Dump();
   for (int i = 0; i < 2; ++i) Run(SM70OPS_OP_QSA_ATTN, nullptr);  // INVALID_ARGUMENT
   Run(SM70OPS_OP_QSA_ATTN, &no_size_);                            // back: a change again
   Run(SM70OPS_OP_QSA_INDEX, &no_size_);                           // each op keeps its own
-  EXPECT_EQ(log_.lines.size(), 4u);
-  for (const auto &line : log_.lines) EXPECT_EQ(line.first, SM70OPS_LOG_INFO) << line.second;
+  EXPECT_EQ(log_.Lines().size(), 4u);
+  for (const auto &line : log_.Lines()) EXPECT_EQ(line.first, SM70OPS_LOG_INFO) << line.second;
   EXPECT_EQ(fallback_.count, 7);
 }
 
 TEST_F(HostTest, DebugLevelLogsEveryCall) {
   ASSERT_EQ(Open(PluginPath(), SM70OPS_LOG_DEBUG), SM70OPS_OK) << err_;
   for (int i = 0; i < 3; ++i) Run(SM70OPS_OP_NVFP4_MOE, &no_size_);
-  ASSERT_EQ(log_.lines.size(), 3u);
-  EXPECT_EQ(log_.lines[0].first, SM70OPS_LOG_INFO);
-  EXPECT_EQ(log_.lines[1].first, SM70OPS_LOG_DEBUG);
-  EXPECT_EQ(log_.lines[2].first, SM70OPS_LOG_DEBUG);
+  const auto lines = log_.Lines();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].first, SM70OPS_LOG_INFO);
+  EXPECT_EQ(lines[1].first, SM70OPS_LOG_DEBUG);
+  EXPECT_EQ(lines[2].first, SM70OPS_LOG_DEBUG);
 }
 
 TEST_F(HostTest, ConcurrentCallsLogOneChange) {
@@ -181,7 +172,7 @@ TEST_F(HostTest, ConcurrentCallsLogOneChange) {
     });
   }
   for (auto &thread : threads) thread.join();
-  EXPECT_EQ(log_.lines.size(), 1u);
+  EXPECT_EQ(log_.Lines().size(), 1u);
   EXPECT_EQ(fallback_.count, kThreads * kCallsEach);
 }
 

@@ -23,4 +23,14 @@ std::string LogCapture::Dump() const {
   return out;
 }
 
+std::vector<std::pair<sm70ops_log_level, std::string>> LogCapture::Lines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lines_;
+}
+
+void LogCapture::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  lines_.clear();
+}
+
 }  // namespace sm70ops_test

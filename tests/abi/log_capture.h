@@ -20,6 +20,9 @@ class LogCapture {
   // True when a line at `level` (or at any level when nullopt) contains `needle`.
   bool Has(const std::string& needle, std::optional<sm70ops_log_level> level = std::nullopt) const;
   std::string Dump() const;
+  // The lines so far, in order (a copy: callbacks may still add to them).
+  std::vector<std::pair<sm70ops_log_level, std::string>> Lines() const;
+  void Clear();
 
  private:
   mutable std::mutex mu_;
