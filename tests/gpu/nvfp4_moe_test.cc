@@ -160,6 +160,9 @@ std::vector<float> RouterWeights(int topk, std::mt19937 &rng) {
 // Slot j of every token from its own group of kTileEdgeExperts experts, each taking exactly its
 // count of tokens in a shuffled order.
 void RouteTileEdges(const Case &c, std::mt19937 &rng, Inputs &in) {
+  ASSERT_TRUE(c.tokens == kTileEdgeTokens && c.experts >= c.topk * kTileEdgeExperts)
+      << "tile-edge routing is laid out for " << kTileEdgeTokens << " tokens and "
+      << kTileEdgeExperts << " experts a slot";
   std::vector<std::vector<int32_t>> slots(c.topk);
   for (int j = 0; j < c.topk; ++j) {
     for (int i = 0; i < kTileEdgeExperts; ++i) {
@@ -259,7 +262,7 @@ class Device {
         w2_scale_(Uploaded(in.w.w2_scale)),
         w2_scale_2_(Uploaded(in.w.w2_scale_2)) {
     const int64_t t = c.tokens, k = c.topk, e = c.experts, h = c.hidden, i = c.inter;
-    views_.reserve(4);  // a View points into itself: no reallocation may move one
+    views_.reserve(4);
     weight_views_.reserve(6);
     shape_views_.reserve(6);
     views_.emplace_back(x_.data(), kF16, std::vector<int64_t>{t, h},

@@ -40,6 +40,7 @@ struct Case {
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
 constexpr int kHeads = 4, kDim = 128, kPage = 64;
+constexpr int kKeepAllBound = 4096;  // the kernels' keep-all bound (the workspace view reports it)
 
 // The batch (requests' pages scattered over a shuffled cache with 3 spare pages) and its data.
 struct Inputs : sm70ops::ref::ScatteredBatch {
@@ -238,6 +239,7 @@ void ExpectScores(const Case &c, const Inputs &in, const Outputs &out,
                   const std::vector<std::vector<double>> &ref) {
   const auto &v = out.view;
   ASSERT_TRUE(v.keep_all_max_len > 0 && v.keep_all_max_len <= v.candidates) << v.keep_all_max_len;
+  EXPECT_EQ(v.keep_all_max_len, kKeepAllBound) << "the ctx4096_keep_all_bound case sits on it";
   ScoreError sampled, kept;
   int rescued = 0;
   for (int t = 0; t < in.rows; ++t) {
@@ -366,10 +368,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{"ctx1", {{1, 1}}, 512}, Case{"ctx63", {{1, 63}}, 512}, Case{"ctx64", {{1, 64}}, 512},
         Case{"ctx65_rows9", {{9, 65}}, 512}, Case{"ctx_equals_k", {{3, 2048}}, 2048},
-        Case{"ctx4096_keep_all_bound", {{33, 4096}}, 2048}, Case{"ctx4097_k512", {{33, 4097}}, 512},
-        Case{"ctx4097_k1024", {{33, 4097}}, 1024}, Case{"ctx4097_k2048", {{33, 4097}}, 2048},
-        Case{"ctx4097_k4096", {{33, 4097}}, 4096}, Case{"ctx131072_k2048", {{5, 131072}}, 2048},
-        Case{"ctx131072_k4096", {{3, 131072}}, 4096},
+        Case{"ctx4096_keep_all_bound", {{33, kKeepAllBound}}, 2048},
+        Case{"ctx4097_k512", {{33, 4097}}, 512}, Case{"ctx4097_k1024", {{33, 4097}}, 1024},
+        Case{"ctx4097_k2048", {{33, 4097}}, 2048}, Case{"ctx4097_k4096", {{33, 4097}}, 4096},
+        Case{"ctx131072_k2048", {{5, 131072}}, 2048}, Case{"ctx131072_k4096", {{3, 131072}}, 4096},
         Case{"batch4_strided_q", {{17, 300}, {40, 5000}, {1, 1}, {70, 2100}}, 1024, 64},
         Case{"repeated_keys_ties", {{20, 3000}}, 512, 0, true},
         // Past keep_all_max_len: ties at a sampled threshold (the tie bitmaps).
