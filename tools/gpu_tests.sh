@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks on a machine with a CUDA GPU but no Bazel (the device machine).
-#   bash tools/gpu_tests.sh pack   here: build (default config, or SM70OPS_CONFIG=sm70, which
-#                                  is also the default on a V100) and copy the binaries to .device/
+#   bash tools/gpu_tests.sh pack   here: build (default config, or SM70OPS_CONFIG=sm70 for a
+#                                  V100 device machine; the default when packing on a V100) and
+#                                  copy the binaries to .device/
 #   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
 #   bash tools/gpu_tests.sh sanitize  there: the GPU tests under compute-sanitizer's memcheck,
 #                                  racecheck, initcheck and synccheck; a table of errors found

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI: every test that needs no GPU, on both builds.
-#   default build (CUDA 13, sm_75 + sm_90): conformance, host loader, CLI
+#   default build (CUDA 13, sm_75 + sm_90): every Bazel test (conformance, host loader, CLI,
+#     CPU references, shared helpers, plugin internals; GPU tests skip)
 #   V100 build (--config=sm70, CUDA 11.8): the same, plus the SASS audit of the sm_70 binary
+#   then the Python binding's pytest suite, the ASan + UBSan run, the fuzzers and the format check
 # Tests that need a GPU skip with a printed reason here. Ends with "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
