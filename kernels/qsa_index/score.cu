@@ -3,12 +3,14 @@
 // One block = 16 rows of one request x a range of keys. The four heads' Q tiles stay in shared
 // memory; each warp streams 32-key groups of the paged keys (a group never crosses a page)
 // through its own shared staging area (key_staging.h; the next slice of dimensions in flight
-// during this one's MMAs) into WMMA B fragments. One accumulator per head and key fragment keeps
-// the heads apart, so the ReLU and the weighted head sum happen in registers. Two modes:
+// during this one's MMAs, the next group's first slice during this one's epilogue) into WMMA B
+// fragments. One accumulator per head and key fragment keeps the heads apart, so the ReLU and
+// the weighted head sum happen in registers; the group's scores then go row-major through the
+// staging area, and the epilogue reads them in a layout it knows. Two modes:
 //   sample  scores the first group of every 512 keys into the workspace;
 //   filter  scores every key and keeps those above the row's threshold, and marks those at it
-//           (where rows keep many keys, one slot atomic per row and warp; where every row of
-//           the call keeps all its keys (call_keeps_all), key j in slot j and no atomic).
+//           (one slot atomic per row and group; where every row of the call keeps all its keys
+//           (call_keeps_all), key j in slot j and no atomic).
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -43,13 +45,23 @@ constexpr int kFilterMinGroupsPerBlock = 8;
 constexpr int kQLd = kDim + 8;  // halves; the pad staggers rows over the banks
 static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
 
+constexpr int kSumLd = kKeysPerWarp + 4;  // floats; the pad staggers rows over the banks
+
+// A warp's area: its staged key slice during the MMAs, then its group's scores, row-major, so
+// that the epilogue reads them in a layout it knows (WMMA leaves the accumulator's open).
+union WarpStage {
+  __half keys[kKeysPerWarp][kKeyLd];
+  float sums[kTileRows][kSumLd];
+};
+static_assert(sizeof(float[kTileRows][kSumLd]) <= sizeof(__half[kKeysPerWarp][kKeyLd]),
+              "the scores fit in the slice they replace");
+
 struct __align__(32) Smem {
-  __half q[kHeads][kTileRows][kQLd];          // 17408 B
-  __half keys[kWarps][kKeysPerWarp][kKeyLd];  // each warp's staged slice, 10240 B
-  float row_ids[kFrag][kFrag];                // element (r, c) = r: accumulator element -> row
-  float col_ids[kFrag][kFrag];                // element (r, c) = c: accumulator element -> key
-  uint32_t row_peers[kAccElements][32];       // [i][lane]: lanes whose element i shares lane's row
-  float w[kTileRows][kHeads];
+  __half q[kHeads][kTileRows][kQLd];  // 17408 B
+  WarpStage stage[kWarps];            // 10240 B
+  // [h][r][c] = w[r][h]: loaded as an accumulator fragment, each element gets its row's weight
+  // whatever the fragment's layout.
+  float head_w[kHeads][kFrag][kFrag];  // 4096 B
   float threshold[kTileRows];
   int32_t len[kTileRows];  // keys each row sees (causal bound)
 };
@@ -62,7 +74,7 @@ __device__ bool find_tile(const Params &p, int c0, int c1, int slot, Tile *tile)
   return varlen_find_tile(p.query_start_loc, p.requests, c0, c1, kTileRows, slot, tile);
 }
 
-// Prologue: Q tile (zeros past the tile's rows), weights, row lengths, row ids, and when the
+// Prologue: Q tile (zeros past the tile's rows), weights, row lengths, and when the
 // pass compares with them (not in a keep-all call) the rows' thresholds.
 __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Workspace &ws,
                           bool thresholds, Smem &s) {
@@ -76,13 +88,10 @@ __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Works
     }
     *reinterpret_cast<uint4 *>(&s.q[h][row][c * 8]) = v;
   }
-  for (int i = threadIdx.x; i < kTileRows * kHeads; i += blockDim.x) {
-    const int row = i / kHeads, h = i % kHeads;
-    s.w[row][h] = row < tile.rows ? p.weights[(tile.row0 + row) * p.weights_row_stride + h] : 0.f;
-  }
-  for (int i = threadIdx.x; i < kFrag * kFrag; i += blockDim.x) {
-    s.row_ids[i / kFrag][i % kFrag] = i / kFrag;
-    s.col_ids[i / kFrag][i % kFrag] = i % kFrag;
+  for (int i = threadIdx.x; i < kHeads * kTileRows * kFrag; i += blockDim.x) {
+    const int h = i / (kTileRows * kFrag), row = i / kFrag % kTileRows;
+    s.head_w[h][row][i % kFrag] =
+        row < tile.rows ? p.weights[(tile.row0 + row) * p.weights_row_stride + h] : 0.f;
   }
   if (threadIdx.x < kTileRows) {
     const int row = threadIdx.x;
@@ -106,15 +115,33 @@ __device__ const __half *key_group(const Params &p, int r, int row, int key0) {
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 static_assert(Acc::num_elements == kAccElements, "accumulator elements per lane");
 
-// This lane's pieces (key_staging.h) of dimensions d0 .. d0 + kStageDims - 1 of the warp's 32 keys.
-__device__ __forceinline__ void load_slice(const __half *keys, int64_t ld, int d0,
+// A warp's key group in flight: where this lane's pieces (key_staging.h) start, and the first
+// slice of them, loaded while the warp's previous group is still being kept. A page id out of
+// range reads as zero keys.
+struct KeyGroup {
+  const uint4 *at[kStagePieces];
+  uint4 piece[kStagePieces];
+  bool valid;
+};
+
+// This lane's pieces of dimensions d0 .. d0 + kStageDims - 1.
+__device__ __forceinline__ void load_slice(const KeyGroup &k, int d0,
                                            uint4 (&piece)[kStagePieces]) {
+#pragma unroll
+  for (int i = 0; i < kStagePieces; ++i) piece[i] = __ldg(k.at[i] + d0 / 8);
+}
+
+__device__ void fetch_group(const Params &p, const Tile &tile, int key0, KeyGroup &k) {
+  const __half *keys = key_group(p, tile.request, tile.row0, key0);
+  k.valid = keys != nullptr;
+  if (!k.valid) return;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
-    const __half *src = keys + piece_key(lane, i) * ld + d0 + piece_dim(lane);
-    piece[i] = __ldg(reinterpret_cast<const uint4 *>(src));
+    const __half *piece = keys + piece_key(lane, i) * p.k_token_stride + piece_dim(lane);
+    k.at[i] = reinterpret_cast<const uint4 *>(piece);
   }
+  load_slice(k, 0, k.piece);
 }
 
 __device__ __forceinline__ void store_slice(const uint4 (&piece)[kStagePieces],
@@ -128,20 +155,17 @@ __device__ __forceinline__ void store_slice(const uint4 (&piece)[kStagePieces],
   __syncwarp();
 }
 
-__device__ void score_group(Smem &s, const __half *keys, int64_t ld,
-                            Acc (&acc)[kHeads][kKeyFrags]) {
+__device__ void score_group(Smem &s, KeyGroup &k, Acc (&acc)[kHeads][kKeyFrags]) {
 #pragma unroll
   for (int h = 0; h < kHeads; ++h)
 #pragma unroll
     for (int f = 0; f < kKeyFrags; ++f) wmma::fill_fragment(acc[h][f], 0.f);
-  if (keys == nullptr) return;  // an out-of-range page reads as zero keys
-  __half(&stage)[kKeysPerWarp][kKeyLd] = s.keys[threadIdx.x / 32];
-  uint4 piece[kStagePieces];
-  load_slice(keys, ld, 0, piece);
+  if (!k.valid) return;
+  __half(&stage)[kKeysPerWarp][kKeyLd] = s.stage[threadIdx.x / 32].keys;
 #pragma unroll  // the four slices, unrolled: 5% faster on an H200 (1024 x 131072)
   for (int d0 = 0; d0 < kDim; d0 += kStageDims) {
-    store_slice(piece, stage);
-    if (d0 + kStageDims < kDim) load_slice(keys, ld, d0 + kStageDims, piece);
+    store_slice(k.piece, stage);
+    if (d0 + kStageDims < kDim) load_slice(k, d0 + kStageDims, k.piece);
 #pragma unroll
     for (int k = 0; k < kStageDims; k += kFrag) {
       wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b[kKeyFrags];
@@ -159,138 +183,167 @@ __device__ void score_group(Smem &s, const __half *keys, int64_t ld,
   }
 }
 
-// Which row and key of the tile each accumulator element holds. WMMA leaves the layout to the
-// implementation, but it is the same for every accumulator fragment, so fragments loaded from
-// index matrices tell it.
-struct ElementMap {
-  Acc row;
-  Acc col;
+// The group's scores, sum_h w[row,h] * relu(acc_h), row-major into the warp's stage.
+__device__ void store_scores(Smem &s, const Acc (&acc)[kHeads][kKeyFrags]) {
+  Acc sum[kKeyFrags];
+#pragma unroll
+  for (int f = 0; f < kKeyFrags; ++f) wmma::fill_fragment(sum[f], 0.f);
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    Acc w;
+    wmma::load_matrix_sync(w, &s.head_w[h][0][0], kFrag, wmma::mem_row_major);
+#pragma unroll
+    for (int f = 0; f < kKeyFrags; ++f)
+#pragma unroll
+      for (int i = 0; i < kAccElements; ++i) sum[f].x[i] += w.x[i] * fmaxf(acc[h][f].x[i], 0.f);
+  }
+  WarpStage &stage = s.stage[threadIdx.x / 32];
+  __syncwarp();  // every lane has loaded its last key fragment
+#pragma unroll
+  for (int f = 0; f < kKeyFrags; ++f)
+    wmma::store_matrix_sync(&stage.sums[0][f * kFrag], sum[f], kSumLd, wmma::mem_row_major);
+  __syncwarp();
+}
+
+// A lane's share of its warp's group: kLaneKeys consecutive keys of one row, two lanes a row.
+constexpr int kLaneKeys = kKeysPerWarp * kTileRows / 32;
+static_assert(kLaneKeys == 16 && kTileRows * 2 == 32, "two lanes of 16 keys per row");
+
+struct LaneScores {
+  int row;        // in the tile
+  int key;        // position of the first
+  unsigned live;  // bit j: key + j is below the row's length
+  float v[kLaneKeys];
 };
 
-// sum_h w[row,h] * relu(acc_h) for each element of key fragment f.
-__device__ void combine_heads(const Smem &s, const ElementMap &map,
-                              const Acc (&acc)[kHeads][kKeyFrags], int f, Acc &sum) {
+__device__ LaneScores lane_scores(const Smem &s, int key0) {
+  const int lane = threadIdx.x % 32, column = lane % 2 * kLaneKeys;
+  LaneScores l;
+  l.row = lane / 2;
+  l.key = key0 + column;
+  const int live = min(max(s.len[l.row] - l.key, 0), kLaneKeys);
+  l.live = (1u << live) - 1u;
+  const float4 *src =
+      reinterpret_cast<const float4 *>(&s.stage[threadIdx.x / 32].sums[l.row][column]);
 #pragma unroll
-  for (int i = 0; i < sum.num_elements; ++i) {
-    const int row = (int)map.row.x[i];
-    float v = 0.f;
-#pragma unroll
-    for (int h = 0; h < kHeads; ++h) v += s.w[row][h] * fmaxf(acc[h][f].x[i], 0.f);
-    sum.x[i] = v;
+  for (int j = 0; j < kLaneKeys / 4; ++j) {
+    const float4 v = src[j];
+    l.v[4 * j] = v.x, l.v[4 * j + 1] = v.y, l.v[4 * j + 2] = v.z, l.v[4 * j + 3] = v.w;
   }
+  return l;
 }
 
-__device__ void write_samples(const ElementMap &map, const Acc &sum, const Tile &tile, int c0,
-                              int column0, const Workspace &ws) {
-  float *out = ws.samples + (int64_t)(tile.row0 - c0) * ws.sample_ld + column0;
+__device__ void store_lane_scores(const LaneScores &l, float *out) {
+  float4 *dst = reinterpret_cast<float4 *>(out);
 #pragma unroll
-  for (int i = 0; i < sum.num_elements; ++i) {
-    const int row = (int)map.row.x[i];
-    if (row < tile.rows) out[row * ws.sample_ld + (int)map.col.x[i]] = sum.x[i];
-  }
+  for (int j = 0; j < kLaneKeys / 4; ++j)
+    dst[j] = make_float4(l.v[4 * j], l.v[4 * j + 1], l.v[4 * j + 2], l.v[4 * j + 3]);
 }
 
-// The lanes that hold the same row in each accumulator element, for keep_candidates_aggregated.
-__device__ void find_row_peers(const ElementMap &map, Smem &s) {
-#pragma unroll
-  for (int i = 0; i < kAccElements; ++i) {
-    s.row_peers[i][threadIdx.x] = __match_any_sync(0xffffffffu, (int)map.row.x[i]);
-  }
+// Sample pass: every score of the tile's rows, live or not (the threshold kernel masks by
+// position).
+__device__ void write_samples(const LaneScores &l, const Tile &tile, int c0, int column0,
+                              const Workspace &ws) {
+  if (l.row >= tile.rows) return;
+  const int column = column0 + threadIdx.x % 2 * kLaneKeys;
+  store_lane_scores(l, ws.samples + (int64_t)(tile.row0 + l.row - c0) * ws.sample_ld + column);
+}
+
+// Row r's candidate slots in the workspace.
+struct CandidateRow {
+  float *score;
+  int32_t *pos;
+};
+__device__ __forceinline__ CandidateRow candidate_row(const Workspace &ws, int64_t r) {
+  return {ws.cand_score + r * kCandidates, ws.cand_pos + r * kCandidates};
 }
 
 // A kept key into its row's candidate slot (slots past kCandidates: the row overflowed and is
 // rescued).
-__device__ __forceinline__ void store_kept(const Workspace &ws, int64_t r, int slot, float v,
-                                           int key) {
+__device__ __forceinline__ void store_kept(const CandidateRow &row, int slot, float v, int key) {
   if (slot < kCandidates) {
-    ws.cand_score[r * kCandidates + slot] = v;
-    ws.cand_pos[r * kCandidates + slot] = key;
-  }
-}
-// A key scoring exactly the threshold into the row's tie bitmap.
-__device__ __forceinline__ void mark_tie(const Workspace &ws, int64_t r, int key) {
-  atomicOr(&ws.ties[r * ws.tie_words + key / 32], 1u << (key % 32));
-}
-
-// Keeps the keys strictly above their row's threshold (a few percent at long contexts) as
-// candidates, one slot atomic per kept key, and marks those equal to it as ties. The atomics of
-// kBatch elements are issued before any of their slots is used, so their round trips overlap
-// (waiting on each in turn was 31% of the filter's stalls at 131072 keys). The whole op on an
-// H200, 1024 rows x 64K keys, one run, ms: one at a time 0.689, two 0.667, four 0.622, eight
-// 0.676 (spills at the 128 registers of four blocks per SM; three blocks per SM were slower).
-__device__ void keep_candidates(const Smem &s, const ElementMap &map, const Acc &sum,
-                                const Tile &tile, int c0, int key0, const Workspace &ws) {
-  constexpr int kBatch = 4;
-#pragma unroll
-  for (int i0 = 0; i0 < kAccElements; i0 += kBatch) {
-    unsigned kept = 0u;  // bit j: element i0 + j is kept
-    int slot[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j, row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
-      const bool live = row < tile.rows && key < s.len[row];
-      const float v = sum.x[i], threshold = s.threshold[row];
-      const int64_t r = tile.row0 + row - c0;
-      slot[j] = 0;
-      if (live && v > threshold) {
-        kept |= 1u << j;
-        slot[j] = atomicAdd(&ws.count[r], 1);
-      } else if (live && v == threshold) {
-        mark_tie(ws, r, key);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j, row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
-      if (kept >> j & 1u) store_kept(ws, tile.row0 + row - c0, slot[j], sum.x[i], key);
-    }
+    row.score[slot] = v;
+    row.pos[slot] = key;
   }
 }
 
-// The same where rows keep many of their keys (short contexts): the lanes keeping keys of one
-// row share one atomic on its counter (contention on it was the filter's main stall), and every
-// element's atomic is issued before any slot is used, so their round trips overlap (waiting on
-// each in turn was a third of the filter's stalls at 8K keys).
-__device__ void keep_candidates_aggregated(const Smem &s, const ElementMap &map, const Acc &sum,
-                                           const Tile &tile, int c0, int key0,
-                                           const Workspace &ws) {
-  const int lane = threadIdx.x % 32;
-  unsigned group[kAccElements];  // the lanes keeping keys of this lane's row
-  int issued[kAccElements];
+// Keeps the keys strictly above their row's threshold as candidates and marks those equal to it
+// in the row's tie bitmap, where rows keep few of their keys: each lane compares its own 16. The
+// two lanes of a row share one slot atomic and one tie-word atomic per group (the group's 32
+// keys are one bitmap word), issued together before any slot is used.
+__device__ void keep_candidates(const Smem &s, const LaneScores &l, const Tile &tile, int c0,
+                                const Workspace &ws) {
+  const float threshold = s.threshold[l.row];
+  unsigned above = 0u, at = 0u;
 #pragma unroll
-  for (int i = 0; i < kAccElements; ++i) {
-    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
-    const bool keep = row < tile.rows && key < s.len[row] && sum.x[i] > s.threshold[row];
-    group[i] = __ballot_sync(kFullMask, keep) & s.row_peers[i][lane];
-    issued[i] = keep ? warp_reserve_issue(&ws.count[tile.row0 + row - c0], group[i]) : 0;
+  for (int j = 0; j < kLaneKeys; ++j) {
+    above |= (unsigned)(l.v[j] > threshold) << j;
+    at |= (unsigned)(l.v[j] == threshold) << j;
   }
+  above &= l.live;
+  at &= l.live;
+  const bool first = threadIdx.x % 2 == 0;  // of the row's two lanes
+  const int mine = __popc(above), partner = __shfl_xor_sync(kFullMask, mine, 1);
+  const unsigned ties = at | __shfl_xor_sync(kFullMask, at, 1) << kLaneKeys;
+  const int64_t r = tile.row0 + l.row - c0;
+  int base = 0;
+  if (first && mine + partner > 0) base = atomicAdd(&ws.count[r], mine + partner);
+  if (first && ties != 0u) atomicOr(&ws.ties[r * ws.tie_words + l.key / 32], ties);
+  int slot = __shfl_sync(kFullMask, base, threadIdx.x % 32 & ~1) + (first ? 0 : partner);
+  if (above == 0u) return;
+  const CandidateRow row = candidate_row(ws, r);
 #pragma unroll
-  for (int i = 0; i < kAccElements; ++i) {
-    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
-    const bool live = row < tile.rows && key < s.len[row];
-    const float v = sum.x[i], threshold = s.threshold[row];
-    const int64_t r = tile.row0 + row - c0;
-    const int slot = warp_reserve_slot(issued[i], group[i]);
-    if (group[i] >> lane & 1u) {
-      store_kept(ws, r, slot, v, key);
-    } else if (live && v == threshold) {
-      mark_tie(ws, r, key);
+  for (int j = 0; j < kLaneKeys; ++j) {
+    if (above >> j & 1u) store_kept(row, slot++, l.v[j], l.key + j);
+  }
+}
+
+// The same where rows keep many of their keys (short contexts): lane = key, one row at a time,
+// so that a row's kept keys go out as one coalesced store. Lane r < 16 holds row r's masks and
+// issues its atomics, all rows' together before any slot is used.
+__device__ void keep_candidates_dense(const Smem &s, const Tile &tile, int c0, int key0,
+                                      const Workspace &ws) {
+  const int lane = threadIdx.x % 32, key = key0 + lane;
+  const WarpStage &stage = s.stage[threadIdx.x / 32];
+  float v[kTileRows];
+  unsigned row_above = 0u, row_at = 0u;  // lane r: row r's keys above / at the threshold
+#pragma unroll
+  for (int row = 0; row < kTileRows; ++row) {
+    v[row] = stage.sums[row][lane];
+    const bool live = key < s.len[row];
+    const float threshold = s.threshold[row];
+    const unsigned above = __ballot_sync(kFullMask, live && v[row] > threshold);
+    const unsigned at = __ballot_sync(kFullMask, live && v[row] == threshold);
+    if (lane == row) row_above = above, row_at = at;
+  }
+  const int64_t r = tile.row0 + lane - c0;
+  int base = 0;
+  if (row_above != 0u) base = atomicAdd(&ws.count[r], __popc(row_above));
+  if (row_at != 0u) atomicOr(&ws.ties[r * ws.tie_words + key0 / 32], row_at);
+  const unsigned rows = __ballot_sync(kFullMask, row_above != 0u);
+#pragma unroll
+  for (int row = 0; row < kTileRows; ++row) {
+    if ((rows >> row & 1u) == 0u) continue;
+    const unsigned above = __shfl_sync(kFullMask, row_above, row);
+    const int slot = __shfl_sync(kFullMask, base, row) + __popc(above & ((1u << lane) - 1u));
+    if (above >> lane & 1u) {
+      store_kept(candidate_row(ws, tile.row0 + row - c0), slot, v[row], key);
     }
   }
 }
 
-// A call whose rows all keep every key (call_keeps_all): each key's slot is its
-// position, so no counter is contended and no position is stored. The select takes count = L
-// from the same row length: every slot below it is written here.
-__device__ void keep_every_key(const Smem &s, const ElementMap &map, const Acc &sum,
-                               const Tile &tile, int c0, int key0, const Workspace &ws) {
+// A call whose rows all keep every key (call_keeps_all): each key's slot is its position, so no
+// counter is contended and no position is stored. The select takes count = L from the same row
+// length: every slot below it is written here.
+__device__ void keep_every_key(const LaneScores &l, const Tile &tile, int c0, const Workspace &ws) {
+  float *out = ws.cand_score + (int64_t)(tile.row0 + l.row - c0) * kCandidates + l.key;
+  if (l.live == (1u << kLaneKeys) - 1u) {
+    store_lane_scores(l, out);
+    return;
+  }
 #pragma unroll
-  for (int i = 0; i < kAccElements; ++i) {
-    const int row = (int)map.row.x[i], key = key0 + (int)map.col.x[i];
-    const int64_t r = tile.row0 + row - c0;
-    if (row < tile.rows && key < s.len[row]) {
-      ws.cand_score[r * kCandidates + key] = sum.x[i];
-    }
+  for (int j = 0; j < kLaneKeys; ++j) {
+    if (l.live >> j & 1u) out[j] = l.v[j];
   }
 }
 
@@ -301,9 +354,9 @@ __device__ int tile_length(const Params &p, const Smem &s) {
   return len > p.topk ? len : 0;
 }
 
-// The sample pass, and the filter pass with a slot atomic per kept key or per row and warp, or
+// The sample pass, and the filter pass with slot atomics (rows keeping few keys or many) or
 // (call_keeps_all) none.
-enum class Pass { kSample, kFilter, kFilterAggregated, kFilterAll };
+enum class Pass { kSample, kFilter, kFilterDense, kFilterAll };
 
 template <Pass kPass>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
@@ -312,37 +365,30 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   Tile tile;
   constexpr bool kSample = kPass == Pass::kSample;
   if (!find_tile(p, c0, c1, blockIdx.x, &tile)) return;
-  load_tile(p, tile, c0, ws, kPass == Pass::kFilter || kPass == Pass::kFilterAggregated, s);
+  load_tile(p, tile, c0, ws, kPass == Pass::kFilter || kPass == Pass::kFilterDense, s);
   __syncthreads();
   const int len = tile_length(p, s);
-  ElementMap map;
-  wmma::load_matrix_sync(map.row, &s.row_ids[0][0], kFrag, wmma::mem_row_major);
-  wmma::load_matrix_sync(map.col, &s.col_ids[0][0], kFrag, wmma::mem_row_major);
-  if (kPass == Pass::kFilterAggregated) {
-    if (threadIdx.x < 32) find_row_peers(map, s);
-    __syncthreads();
-  }
   const int warp = threadIdx.x / 32;
   // Key groups this warp scores: every 16th group when sampling, all of them when filtering.
   const int stride = kSample ? kSampleSpan : kKeysPerWarp;
-  const int first = blockIdx.y * groups_per_block;
-  for (int g = first + warp; g < first + groups_per_block && g * stride < len; g += kWarps) {
+  const int first = blockIdx.y * groups_per_block, end = first + groups_per_block;
+  auto scored = [&](int g) { return g < end && g * stride < len; };
+  KeyGroup keys;
+  if (scored(first + warp)) fetch_group(p, tile, (first + warp) * stride, keys);
+  for (int g = first + warp; scored(g); g += kWarps) {
     const int key0 = g * stride;
     Acc acc[kHeads][kKeyFrags];
-    score_group(s, key_group(p, tile.request, tile.row0, key0), p.k_token_stride, acc);
-#pragma unroll
-    for (int f = 0; f < kKeyFrags; ++f) {
-      Acc sum;
-      combine_heads(s, map, acc, f, sum);
-      if (kSample) {
-        write_samples(map, sum, tile, c0, g * kSampleGroup + f * kFrag, ws);
-      } else if (kPass == Pass::kFilterAll) {
-        keep_every_key(s, map, sum, tile, c0, key0 + f * kFrag, ws);
-      } else if (kPass == Pass::kFilterAggregated) {
-        keep_candidates_aggregated(s, map, sum, tile, c0, key0 + f * kFrag, ws);
-      } else {
-        keep_candidates(s, map, sum, tile, c0, key0 + f * kFrag, ws);
-      }
+    score_group(s, keys, acc);
+    if (scored(g + kWarps)) fetch_group(p, tile, key0 + kWarps * stride, keys);
+    store_scores(s, acc);
+    if (kSample) {
+      write_samples(lane_scores(s, key0), tile, c0, g * kSampleGroup, ws);
+    } else if (kPass == Pass::kFilterAll) {
+      keep_every_key(lane_scores(s, key0), tile, c0, ws);
+    } else if (kPass == Pass::kFilterDense) {
+      keep_candidates_dense(s, tile, c0, key0, ws);
+    } else {
+      keep_candidates(s, lane_scores(s, key0), tile, c0, ws);
     }
   }
 }
@@ -386,15 +432,13 @@ void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStre
 
 void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   const ScoreShape shape = score_shape(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
-  // Rows keep about 16 sample_rank(K) keys; aggregating pays when that is an eighth of the
-  // context or more (H200, 1024 rows, K 2048, measured while 4K contexts were still sampled: 15%
-  // faster at 4K keys, 4% at 16K, 5% slower at 32K and 3% at 128K; again once both issued their
-  // atomics ahead, ms, aggregated against not: 8K 0.217 / 0.263, 16K 0.285 / 0.330, 32K 0.427 /
-  // 0.422, 64K 0.716 / 0.618, 131072 1.27 / 1.07).
+  // Rows keep about 16 sample_rank(K) keys; coalescing their stores pays when that is an eighth
+  // of the context or more. H200, 1024 rows, K 2048, ms, dense against not: 8K keys 0.162 /
+  // 0.213, 16K 0.216 / 0.239, 32K 0.329 / 0.324, 64K 0.538 / 0.515, 131072 0.946 / 0.907.
   if (call_keeps_all(p)) {
     launch_score<Pass::kFilterAll>(p, c0, c1, w, shape, stream);
   } else if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
-    launch_score<Pass::kFilterAggregated>(p, c0, c1, w, shape, stream);
+    launch_score<Pass::kFilterDense>(p, c0, c1, w, shape, stream);
   } else {
     launch_score<Pass::kFilter>(p, c0, c1, w, shape, stream);
   }
