@@ -53,10 +53,25 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
   /* Device attributes, not cudaGetDeviceProperties: on the H200 test machine that call grew
    * host memory by about 100 KB per context (1000 create/destroy cycles, measured). */
   if (sm70_cuda_compute_capability(ctx->device_ordinal, &ctx->compute_capability, &err) != 0 ||
-      sm70_cuda_smem_per_block(ctx->device_ordinal, &ctx->device_smem_per_block, &err) != 0) {
+      sm70_cuda_smem_per_block(ctx->device_ordinal, &ctx->smem_per_block, &err) != 0) {
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   }
   return sm70_ok();
+}
+
+/* CUDA's sharedMemPerBlockOptin per compute capability, for a context given its capability (no
+ * device to ask): 48 KB, what every architecture gives without opting in, for one it does not
+ * know. */
+static uint32_t known_smem_per_block(int32_t cc) {
+  static const struct {
+    int32_t cc;
+    uint32_t kib;
+  } kLimits[] = {{70, 96}, {72, 96},  {75, 64},   {80, 163},  {86, 99},  {87, 163},
+                 {89, 99}, {90, 227}, {100, 227}, {103, 227}, {120, 99}, {121, 99}};
+  for (size_t i = 0; i < sizeof(kLimits) / sizeof(kLimits[0]); ++i) {
+    if (kLimits[i].cc == cc) return kLimits[i].kib * 1024u;
+  }
+  return 48u * 1024u;
 }
 
 /* The device the context serves, at creation; a warning when its ops cannot run there. A context
@@ -71,11 +86,14 @@ static void log_device(const sm70ops_context *ctx) {
   sm70_log(ctx, SM70OPS_LOG_INFO,
            "sm70ops: device %d, compute capability %d.%d%s, %u KB of shared memory per block%s",
            ctx->device_ordinal, cc / 10, cc % 10,
-           ctx->capability_from_host ? " (given by the host)" : "",
-           sm70_context_smem_per_block(ctx) / 1024,
+           ctx->capability_from_host ? " (given by the host)" : "", ctx->smem_per_block / 1024,
            allowed ? "" : ": not SM70, every op will decline");
-  char no_code[sizeof(ctx->no_code_note)];
-  note_missing_code(cc, no_code, sizeof(no_code));
+  char host_note[sizeof(ctx->no_code_note)]; /* ctx holds the note for a real device only */
+  const char *no_code = ctx->no_code_note;
+  if (ctx->capability_from_host) {
+    note_missing_code(cc, host_note, sizeof(host_note));
+    no_code = host_note;
+  }
   if (!allowed || no_code[0] == '\0') return;
   sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", no_code,
            ctx->capability_from_host
@@ -132,6 +150,8 @@ sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_con
   sm70_settings_read(getenv, log_setting, ctx, &ctx->settings);
   ctx->compute_capability = desc->compute_capability;
   ctx->capability_from_host = desc->compute_capability != 0;
+  if (ctx->capability_from_host)
+    ctx->smem_per_block = known_smem_per_block(desc->compute_capability);
   status = ctx->capability_from_host ? sm70_ok() : query_device(ctx);
   if (status != SM70OPS_OK) {
     free(ctx);
@@ -193,26 +213,6 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx) {
                    "checked mode: an earlier call on this context read %s %lld, outside [0, %lld), "
                    "at row %d; its results are wrong where that index was used",
                    checked_what(kind), (long long)seen.value, (long long)seen.bound, seen.row);
-}
-
-/* CUDA's sharedMemPerBlockOptin per compute capability, for a context given its capability (no
- * device to ask): 48 KB, what every architecture gives without opting in, for one it does not
- * know. */
-static uint32_t known_smem_per_block(int32_t cc) {
-  static const struct {
-    int32_t cc;
-    uint32_t kib;
-  } kLimits[] = {{70, 96}, {72, 96},  {75, 64},   {80, 163},  {86, 99},  {87, 163},
-                 {89, 99}, {90, 227}, {100, 227}, {103, 227}, {120, 99}, {121, 99}};
-  for (size_t i = 0; i < sizeof(kLimits) / sizeof(kLimits[0]); ++i) {
-    if (kLimits[i].cc == cc) return kLimits[i].kib * 1024u;
-  }
-  return 48u * 1024u;
-}
-
-uint32_t sm70_context_smem_per_block(const sm70ops_context *ctx) {
-  if (ctx->capability_from_host) return known_smem_per_block(ctx->compute_capability);
-  return ctx->device_smem_per_block;
 }
 
 int32_t sm70_context_arch_allowed(const sm70ops_context *ctx) {

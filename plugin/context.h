@@ -8,9 +8,12 @@
 
 struct sm70ops_context {
   int32_t device_ordinal;
-  int32_t compute_capability;     /* 0: no usable device (see no_device_note) */
-  int32_t capability_from_host;   /* 1: given in the descriptor; execute checks it on the device */
-  uint32_t device_smem_per_block; /* read from the device; 0 when given by the host or none */
+  int32_t compute_capability;   /* 0: no usable device (see no_device_note) */
+  int32_t capability_from_host; /* 1: given in the descriptor; execute checks it on the device */
+  /* The most shared memory one block may opt into (CUDA's sharedMemPerBlockOptin): read from the
+   * device, or for a capability given by the host (no CUDA call) the plugin's table for it; 0
+   * without a device. The one limit make_plan holds a plan's blocks to. */
+  uint32_t smem_per_block;
   sm70ops_log_level log_level;
   sm70ops_log_fn log_fn;
   void *log_user_data;
@@ -39,10 +42,5 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx);
 
 /* 1 when ctx's compute capability is SM70 or in the SM70OPS_ALLOW_ARCH list. */
 int32_t sm70_context_arch_allowed(const sm70ops_context *ctx);
-
-/* The most shared memory one block may opt into on ctx's device (CUDA's sharedMemPerBlockOptin):
- * the device's own, read at creation; for a capability given by the host (no CUDA call) the
- * plugin's table for it. The one limit make_plan holds a plan's blocks to. */
-uint32_t sm70_context_smem_per_block(const sm70ops_context *ctx);
 
 #endif /* SM70OPS_PLUGIN_CONTEXT_H_ */

@@ -86,7 +86,7 @@ static void make_plan(const sm70ops_context *ctx, sm70ops_op id, const void *arg
                  op->name);
   }
   /* Sized for a V100's 96 KB: an allow-listed GPU with less (a T4) cannot launch it. */
-  const uint32_t smem_limit = sm70_context_smem_per_block(ctx);
+  const uint32_t smem_limit = ctx->smem_per_block;
   if (plan->reason == SM70OPS_REASON_ACCEPTED && plan->smem_bytes > smem_limit) {
     sm70_decline(plan, SM70OPS_REASON_ARCH,
                  "%s needs %u KB of shared memory per block, compute capability %d.%d gives %u KB",

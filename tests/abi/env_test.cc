@@ -139,8 +139,7 @@ TEST_F(Abi_EnvRead, ReadOnceAtContextCreate) {
 // (55 KB) fits there but not in the 48 KB assumed for a capability the plugin has no table
 // entry for (6.1), where only the prepare (no large block) stays accepted. A context given its
 // capability cannot ask the device, so these limits are the plugin's table (a context on a real
-// device plans to its own: tests/plugin/context_smem_test.cc, and the read itself in
-// tests/gpu/lifecycle_gpu_test.cc).
+// device reads its own: tests/gpu/lifecycle_gpu_test.cc).
 TEST_F(Abi_EnvRead, AllowedArchWithoutTheSharedMemoryDeclines) {
   ScopedEnv env("SM70OPS_ALLOW_ARCH", "61,75,90");
   for (int32_t cc : {61, 75, 90}) {
