@@ -238,7 +238,7 @@ static double time_chunk(const sm70ops_host *h, attn_buffers *b, int end) {
 /* What the kernel's tiles gather (each tile's union once), and what 64-row tiles would: the
  * latter at copy bandwidth bounds any kernel that keeps its rows' output in registers, wherever
  * the context's K and V outgrow the L2 (at 128K, 128 MB a KV head: a V100 has 6 MB, an H200
- * 50). */
+ * 60). */
 static void print_gathered(double tile_tokens, double bound_tokens, double ms, bench_work work,
                            const bench_ceiling *device) {
   const double token_bytes = kHkv * kDim * 4; /* its K and V rows, fp16 */

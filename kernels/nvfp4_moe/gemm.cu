@@ -395,7 +395,8 @@ __device__ void small_entry(const Params &p, const Pass &pass, const Workspace &
 }
 
 // The tiles of one table: kRows = kBigTileM (128-row tiles: 16 accumulators a warp, one block
-// per SM) or kWideTileM (64- and 32-row tiles, two blocks per SM).
+// per SM) or kWideTileM (64- and 32-row tiles, two blocks per SM; at short K also the big-tile
+// table, each tile in two parts along z: small_entry).
 template <Gemm kKind, int kRows>
 __global__ void __launch_bounds__(kThreads, kRows == kBigTileM ? 1 : 2)
     nvfp4_moe_gemm_wmma(const Params p, const Pass pass, const Workspace w, const Operand b,

@@ -43,6 +43,7 @@ constexpr int kMaxGroupsPerBlock = 64;
 constexpr int kMinBlocks = 1024;
 constexpr int kFilterMinGroupsPerBlock = 8;
 constexpr int kQLd = kDim + 8;  // halves; the pad staggers rows over the banks
+static_assert(kTileRows == kFrag, "a tile's rows are one WMMA M");
 static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
 
 constexpr int kSumLd = kKeysPerWarp + 4;  // floats; the pad staggers rows over the banks
@@ -61,7 +62,7 @@ struct __align__(32) Smem {
   WarpStage stage[kWarps];            // 10240 B
   // [h][r][c] = w[r][h]: loaded as an accumulator fragment, each element gets its row's weight
   // whatever the fragment's layout.
-  float head_w[kHeads][kFrag][kFrag];  // 4096 B
+  float head_w[kHeads][kTileRows][kFrag];  // 4096 B
   float threshold[kTileRows];
   int32_t len[kTileRows];  // keys each row sees (causal bound)
 };
@@ -125,23 +126,23 @@ struct KeyGroup {
 };
 
 // This lane's pieces of dimensions d0 .. d0 + kStageDims - 1.
-__device__ __forceinline__ void load_slice(const KeyGroup &k, int d0,
+__device__ __forceinline__ void load_slice(const KeyGroup &group, int d0,
                                            uint4 (&piece)[kStagePieces]) {
 #pragma unroll
-  for (int i = 0; i < kStagePieces; ++i) piece[i] = __ldg(k.at[i] + d0 / 8);
+  for (int i = 0; i < kStagePieces; ++i) piece[i] = __ldg(group.at[i] + d0 / 8);
 }
 
-__device__ void fetch_group(const Params &p, const Tile &tile, int key0, KeyGroup &k) {
+__device__ void fetch_group(const Params &p, const Tile &tile, int key0, KeyGroup &group) {
   const __half *keys = key_group(p, tile.request, tile.row0, key0);
-  k.valid = keys != nullptr;
-  if (!k.valid) return;
+  group.valid = keys != nullptr;
+  if (!group.valid) return;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
     const __half *piece = keys + piece_key(lane, i) * p.k_token_stride + piece_dim(lane);
-    k.at[i] = reinterpret_cast<const uint4 *>(piece);
+    group.at[i] = reinterpret_cast<const uint4 *>(piece);
   }
-  load_slice(k, 0, k.piece);
+  load_slice(group, 0, group.piece);
 }
 
 __device__ __forceinline__ void store_slice(const uint4 (&piece)[kStagePieces],
@@ -155,17 +156,17 @@ __device__ __forceinline__ void store_slice(const uint4 (&piece)[kStagePieces],
   __syncwarp();
 }
 
-__device__ void score_group(Smem &s, KeyGroup &k, Acc (&acc)[kHeads][kKeyFrags]) {
+__device__ void score_group(Smem &s, KeyGroup &group, Acc (&acc)[kHeads][kKeyFrags]) {
 #pragma unroll
   for (int h = 0; h < kHeads; ++h)
 #pragma unroll
     for (int f = 0; f < kKeyFrags; ++f) wmma::fill_fragment(acc[h][f], 0.f);
-  if (!k.valid) return;
+  if (!group.valid) return;
   __half(&stage)[kKeysPerWarp][kKeyLd] = s.stage[threadIdx.x / 32].keys;
 #pragma unroll  // the four slices, unrolled: 5% faster on an H200 (1024 x 131072)
   for (int d0 = 0; d0 < kDim; d0 += kStageDims) {
-    store_slice(k.piece, stage);
-    if (d0 + kStageDims < kDim) load_slice(k, d0 + kStageDims, k.piece);
+    store_slice(group.piece, stage);
+    if (d0 + kStageDims < kDim) load_slice(group, d0 + kStageDims, group.piece);
 #pragma unroll
     for (int k = 0; k < kStageDims; k += kFrag) {
       wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b[kKeyFrags];
@@ -347,11 +348,12 @@ __device__ void keep_every_key(const LaneScores &l, const Tile &tile, int c0, co
   }
 }
 
-// Rows that see at most K keys take them all and need no scores.
-__device__ int tile_length(const Params &p, const Smem &s) {
+// Keys the tile's rows need scored: none when every row sees at most K keys (it takes them all),
+// nor, when sampling, when every row keeps all its keys (keeps_all: no threshold to find).
+__device__ int tile_length(const Params &p, const Smem &s, bool sampling) {
   int len = 0;
   for (int row = 0; row < kTileRows; ++row) len = max(len, s.len[row]);
-  return len > p.topk ? len : 0;
+  return len > (sampling ? max(p.topk, kKeepAllMaxLen) : p.topk) ? len : 0;
 }
 
 // The sample pass, and the filter pass with slot atomics (rows keeping few keys or many) or
@@ -367,7 +369,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   if (!find_tile(p, c0, c1, blockIdx.x, &tile)) return;
   load_tile(p, tile, c0, ws, kPass == Pass::kFilter || kPass == Pass::kFilterDense, s);
   __syncthreads();
-  const int len = tile_length(p, s);
+  const int len = tile_length(p, s, kSample);
   const int warp = threadIdx.x / 32;
   // Key groups this warp scores: every 16th group when sampling, all of them when filtering.
   const int stride = kSample ? kSampleSpan : kKeysPerWarp;

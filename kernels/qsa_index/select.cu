@@ -343,8 +343,10 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
     if (n + tied < p.topk) return false;
   }
   // The copy into shared memory also counts the first radix level when a selection follows.
-  // It is latency-bound: each thread loads a batch before it uses any of it (measured while the
-  // histogram still voted per warp, which kept the compiler from overlapping the loads itself).
+  // It is latency-bound: each thread loads a batch before it uses any of it. Measured first while
+  // the histogram voted per warp; with its plain atomic, a `#pragma unroll 4` loop instead was
+  // still about 0.5% slower at every size (H200, same run: 131072 keys 0.880 -> 0.885 ms, 128K
+  // prefill 65.0 -> 65.5).
   const bool radix_follows = n >= p.topk;
   if (radix_follows) clear_histogram<kThreads>(radix_bits(0), s.radix);
   constexpr int kBatch = 4;
