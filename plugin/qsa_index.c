@@ -159,7 +159,7 @@ static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t
   plan->launch = shape->launch;
   plan->shape = shape;
   plan->work_items = a->q->shape[0];
-  plan->smem_bytes = sm70_qsa_index_smem_bytes();
+  plan->smem_bytes = sm70_qsa_index_smem_bytes(a->max_seq_len);
 }
 
 static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }

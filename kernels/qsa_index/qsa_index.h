@@ -51,8 +51,9 @@ typedef struct sm70_qsa_index_params {
   sm70_checked_error *checked; /* device address of checked mode's record, or NULL */
 } sm70_qsa_index_params;
 
-/* The most dynamic shared memory one of the op's blocks asks for (the select kernel's). */
-uint32_t sm70_qsa_index_smem_bytes(void);
+/* The most shared memory one of the op's blocks uses in a call whose rows see at most
+ * max_seq_len keys. */
+uint32_t sm70_qsa_index_smem_bytes(int32_t max_seq_len);
 
 /* Workspace bytes for T rows against max_seq_len keys when at most `cap_bytes` may be used;
  * *chunk_rows gets the rows per pass. 0 when even the smallest chunk does not fit the cap. */

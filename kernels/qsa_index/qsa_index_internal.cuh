@@ -109,6 +109,11 @@ __device__ __forceinline__ int row_request(const Params &p, int t) {
   return t >= p.query_start_loc[lo] && t < p.query_start_loc[lo + 1] ? lo : -1;
 }
 
+// Shared memory of one block of each kernel (the select's sized for the call's longest row).
+uint32_t score_smem_bytes();
+uint32_t threshold_smem_bytes();
+uint32_t select_smem_bytes(int max_seq_len);
+
 // Launchers of one chunk of rows [c0, c1), in pipeline order.
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream);
 void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream);

@@ -427,6 +427,8 @@ void launch_score(const Params &p, int c0, int c1, const Workspace &w, const Sco
 
 }  // namespace
 
+uint32_t score_smem_bytes() { return sizeof(Smem); }
+
 void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   if (call_keeps_all(p)) return;  // no row needs samples
   launch_score<Pass::kSample>(p, c0, c1, w, score_shape(p, c0, c1, kSampleSpan, kWarps), stream);

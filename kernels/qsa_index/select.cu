@@ -20,7 +20,6 @@ namespace sm70ops::qsa_index {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kMaxWords = SM70_QSA_INDEX_MAX_SEQ_LEN / 32;  // selection bitmap, 32 keys a word
 
 // ---- threshold
 
@@ -58,82 +57,12 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- select
 
-struct SelectSmem {
-  RadixScratch radix;
-  uint32_t bitmap[kMaxWords];
-  uint32_t cand_key[kCandidates];
-  int32_t cand_pos[kCandidates];
-  __half q[kHeads][kDim];  // the row's queries and weights, for a rescue
-  float w[kHeads];
-  uint32_t cand_count;
-};
-static_assert(sizeof(SelectSmem) <= kV100SmemBytes, "a V100 block holds at most 96 KB");
-
-__device__ __forceinline__ void mark_position(int pos, SelectSmem &s) {
-  atomicOr(&s.bitmap[pos >> 5], 1u << (pos & 31));
-}
-
-// A warp covers 32 aligned positions, i.e. one bitmap word.
-__device__ __forceinline__ void mark_word(bool selected, int i, SelectSmem &s) {
-  const unsigned bits = __ballot_sync(kFullMask, selected);
-  if ((threadIdx.x & 31) == 0 && bits) s.bitmap[i >> 5] |= bits;
-}
-
-// Candidates matching r whose next digit lies above the chosen bin are selected, and those in
-// the bin too when `with_bin`.
-__device__ void mark_candidates_above(int n, const Radix r, int width, bool with_bin,
-                                      SelectSmem &s) {
-  const uint32_t first = s.radix.bin + (with_bin ? 0u : 1u);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const uint32_t k = s.cand_key[i];
-    if (matches(k, r) && digit(k, r.consumed, width) >= first) mark_position(s.cand_pos[i], s);
-  }
-  __syncthreads();
-}
-
-// Candidates equal to the full key, in no order: the `need` lowest positions win (ties go low).
-// Positions are unique, so rewriting each tie's key as its inverted position and selecting the
-// `need` largest of those resolves the ties exactly; other candidates drop to key 0.
-__device__ void take_candidate_ties(int n, const Radix full, SelectSmem &s) {
-  int partial = 0, ties = 0;
-  for (int i = threadIdx.x; i < n; i += kThreads) partial += s.cand_key[i] == full.prefix;
-  block_exclusive_scan<kThreads>(partial, s.radix.scan, &ties);
-  if (ties == full.need) {  // the usual case: the K-th key is unique and every tie is taken
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      if (s.cand_key[i] == full.prefix) mark_position(s.cand_pos[i], s);
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    s.cand_key[i] = s.cand_key[i] == full.prefix ? ~(uint32_t)s.cand_pos[i] : 0u;
-  }
-  __syncthreads();
-  const uint32_t last = kth_largest_key<kThreads>(s.cand_key, n, full.need, s.radix);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    if (s.cand_key[i] >= last && s.cand_key[i] != 0u) mark_position(s.cand_pos[i], s);
-  }
-}
-
-// Top r.need of the n candidates matching r, from level `level` on, whose histogram is already
-// in s.radix when `counted`. Stops as soon as the chosen bin is taken whole (scores are spread,
-// so that is usually a level or two early).
-__device__ void select_candidates(int n, Radix r, int level, bool counted, SelectSmem &s) {
-  for (;; ++level, counted = false) {
-    const int width = radix_bits(level);
-    if (!counted) key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
-    find_bin(width, r.need, s.radix);
-    const Radix next = narrowed(r, width, s.radix);
-    const bool whole_bin = s.radix.in_bin == (uint32_t)next.need;
-    mark_candidates_above(n, r, width, whole_bin, s);
-    if (whole_bin) return;
-    if (next.consumed == 32) return take_candidate_ties(n, next, s);
-    r = next;
-  }
-}
-
-// ---- rescue: the row's scores recomputed on CUDA cores, one key per thread
-
+// A row to rescue, with its queries and weights. It lives in shared memory (SelectSmem): a
+// rarely taken path, whose registers are better left to the rest of the kernel (in registers it
+// spilled at a V100's 64 a thread, what two blocks of 512 threads per SM leave).
 struct RecomputedRow {
+  __half q[kHeads][kDim];
+  float w[kHeads];
   const uint16_t *k_index;
   const int32_t *pages;  // the request's block table row
   int64_t page_stride;
@@ -142,7 +71,6 @@ struct RecomputedRow {
   int len;
   int row;
   sm70_checked_error *checked;
-  const SelectSmem *s;
 
   __device__ float score(int j) const {
     const int page = pages[j / kPage];
@@ -158,7 +86,7 @@ struct RecomputedRow {
       const __half2 *kh = reinterpret_cast<const __half2 *>(&raw);
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
-        const __half2 *qh = reinterpret_cast<const __half2 *>(&s->q[h][c * 8]);
+        const __half2 *qh = reinterpret_cast<const __half2 *>(&q[h][c * 8]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float2 a = __half22float2(qh[e]), b = __half22float2(kh[e]);
@@ -168,23 +96,120 @@ struct RecomputedRow {
     }
     float v = 0.f;
 #pragma unroll
-    for (int h = 0; h < kHeads; ++h) v += s->w[h] * fmaxf(dot[h], 0.f);
+    for (int h = 0; h < kHeads; ++h) v += w[h] * fmaxf(dot[h], 0.f);
     return v;
   }
 };
 
+// A select block's shared memory: the candidates' keys, and after them the selection bitmap,
+// sized for the call's longest row (select_smem_bytes). The candidates' positions stay in the
+// workspace: only the keys a selection takes read theirs. Up to about 55K keys a block then
+// fits twice in a V100 SM's 96 KB (41 KB and a bit per key), where with the positions and a
+// bitmap for 131072 keys (89 KB) it fitted once.
+struct SelectSmem {
+  RadixScratch radix;
+  uint32_t cand_key[kCandidates];
+  RecomputedRow rescued;
+  uint32_t cand_count;
+
+  // Bit j of word w: position 32 w + j is selected.
+  __device__ uint32_t *bitmap() { return reinterpret_cast<uint32_t *>(this + 1); }
+};
+
+// Bitmap words for a row of `len` keys: whole pages, so that each pair of words is a page mask.
+__host__ __device__ constexpr int bitmap_words(int len) { return 2 * ((len + kPage - 1) / kPage); }
+static_assert(sizeof(SelectSmem) + bitmap_words(SM70_QSA_INDEX_MAX_SEQ_LEN) * 4 <= kV100SmemBytes,
+              "a V100 block holds at most 96 KB");
+
+// Where the candidates' positions are: the row's slots in the workspace, or none in a keep-all
+// call, whose slot i holds key i.
+__device__ __forceinline__ int candidate_position(const int32_t *pos, int i) {
+  return pos == nullptr ? i : pos[i];
+}
+
+__device__ __forceinline__ void mark_position(int pos, SelectSmem &s) {
+  atomicOr(&s.bitmap()[pos >> 5], 1u << (pos & 31));
+}
+
+// A warp covers 32 aligned positions, i.e. one bitmap word.
+__device__ __forceinline__ void mark_word(bool selected, int i, SelectSmem &s) {
+  const unsigned bits = __ballot_sync(kFullMask, selected);
+  if ((threadIdx.x & 31) == 0 && bits) s.bitmap()[i >> 5] |= bits;
+}
+
+// The top K of a set of candidates as a cut of their keys: those above `key`, and of those equal
+// to it all (tie_need < 0) or the tie_need lowest positions (ties go low).
+struct Cut {
+  uint32_t key;
+  int tie_need;
+};
+
+// The cut of the top r.need of the n candidates matching r, from level `level` on, whose
+// histogram is already in s.radix when `counted`. Stops as soon as the chosen bin is taken whole
+// (scores are spread, so that is usually a level or two early): the keys at or above its lowest
+// one are then exactly the top r.need.
+__device__ Cut find_cut(int n, Radix r, int level, bool counted, SelectSmem &s) {
+  for (;; ++level, counted = false) {
+    const int width = radix_bits(level);
+    if (!counted) key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
+    find_bin(width, r.need, s.radix);
+    const Radix next = narrowed(r, width, s.radix);
+    if (s.radix.in_bin == (uint32_t)next.need) return Cut{next.prefix << (32 - next.consumed), -1};
+    if (next.consumed == 32) return Cut{next.prefix, next.need};
+    r = next;
+  }
+}
+
+// Candidates equal to the cut's key, in no order: the `need` lowest positions win. Positions are
+// unique, so rewriting each tie's key as its inverted position and selecting the `need` largest
+// of those resolves the ties exactly; other candidates drop to key 0.
+__device__ void take_candidate_ties(int n, uint32_t key, int need, const int32_t *pos,
+                                    SelectSmem &s) {
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    s.cand_key[i] = s.cand_key[i] == key ? ~(uint32_t)candidate_position(pos, i) : 0u;
+  }
+  __syncthreads();
+  const uint32_t last = kth_largest_key<kThreads>(s.cand_key, n, need, s.radix);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    if (s.cand_key[i] >= last && s.cand_key[i] != 0u) mark_position(~s.cand_key[i], s);
+  }
+}
+
+// Marks the cut's candidates in one pass over them. With their positions in the workspace, a
+// marking pass per radix level (the keys above each level's bin) was 2-6% slower on an H200.
+__device__ void take_cut(int n, const Cut cut, const int32_t *pos, SelectSmem &s) {
+  const bool all_ties = cut.tie_need < 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const uint32_t k = s.cand_key[i];
+    if (k > cut.key || (all_ties && k == cut.key)) mark_position(candidate_position(pos, i), s);
+  }
+  if (all_ties) return;
+  __syncthreads();  // every key is read before the ties rewrite them
+  take_candidate_ties(n, cut.key, cut.tie_need, pos, s);
+}
+
+// ---- rescue: the row's scores recomputed on CUDA cores, one key per thread
+
+// A rescue collects at most half as many candidates as the filter may keep: their positions
+// take the other half of the keys' array.
+constexpr int kRescueCandidates = kCandidates / 2;
+__device__ __forceinline__ int32_t *rescue_positions(SelectSmem &s) {
+  return reinterpret_cast<int32_t *>(s.cand_key + kRescueCandidates);
+}
+
 // Appends the lanes' keys with `take` to the candidates: one shared atomic per warp.
-__device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int pos, SelectSmem &s) {
+__device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int position,
+                                                  SelectSmem &s) {
   const unsigned takers = __ballot_sync(kFullMask, take);
   const uint32_t slot = warp_reserve_slot(warp_reserve_issue(&s.cand_count, takers), takers);
   if (!take) return;
   s.cand_key[slot] = key;
-  s.cand_pos[slot] = pos;
+  rescue_positions(s)[slot] = position;
 }
 
 // One pass over the row after level `width` chose a bin: marks the keys above it, and either
 // histograms the next level over the keys in it or collects them as candidates.
-__device__ void rescue_pass(const RecomputedRow row, const Radix r, int width, bool collect,
+__device__ void rescue_pass(const RecomputedRow &row, const Radix r, int width, bool collect,
                             int next_width, SelectSmem &s) {
   const uint32_t bin = s.radix.bin;
   const Radix next = narrowed(r, width, s.radix);
@@ -207,7 +232,7 @@ __device__ void rescue_pass(const RecomputedRow row, const Radix r, int width, b
 }
 
 // The first `need` positions whose key equals the full prefix (ties go low).
-__device__ void take_row_ties(const RecomputedRow row, const Radix full, SelectSmem &s) {
+__device__ void take_row_ties(const RecomputedRow &row, const Radix full, SelectSmem &s) {
   int taken = 0;
   for (int base = 0; base < row.len && taken < full.need; base += kThreads) {
     const int i = base + threadIdx.x;
@@ -219,7 +244,7 @@ __device__ void take_row_ties(const RecomputedRow row, const Radix full, SelectS
   }
 }
 
-__device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
+__device__ void rescue(const RecomputedRow &row, int topk, SelectSmem &s) {
   Radix r{0u, 0, topk};
   if (threadIdx.x == 0) s.cand_count = 0;
   clear_histogram<kThreads>(radix_bits(0), s.radix);
@@ -235,10 +260,13 @@ __device__ void rescue(const RecomputedRow row, int topk, SelectSmem &s) {
     const Radix next = narrowed(r, width, s.radix);
     const uint32_t in_bin = s.radix.in_bin;
     const bool last = next.consumed == 32;
-    const bool collect = !last && in_bin <= (uint32_t)kCandidates;
+    const bool collect = !last && in_bin <= (uint32_t)kRescueCandidates;
     rescue_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
     if (last) return take_row_ties(row, next, s);
-    if (collect) return select_candidates((int)in_bin, next, level + 1, false, s);
+    if (collect) {
+      const Cut cut = find_cut((int)in_bin, next, level + 1, false, s);
+      return take_cut((int)in_bin, cut, rescue_positions(s), s);
+    }
     r = next;
   }
 }
@@ -257,12 +285,12 @@ __device__ void emit_topk_idx(const Params &p, int t, int words, SelectSmem &s) 
   int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
   const int w0 = run_begin(words), w1 = run_end(words);
   int selected = 0;
-  for (int w = w0; w < w1; ++w) selected += __popc(s.bitmap[w]);
+  const uint32_t *bitmap = s.bitmap();
+  for (int w = w0; w < w1; ++w) selected += __popc(bitmap[w]);
   int total;
   int slot = block_exclusive_scan<kThreads>(selected, s.radix.scan, &total);
   for (int w = w0; w < w1; ++w) {
-    for (uint32_t bits = s.bitmap[w]; bits; bits &= bits - 1)
-      out[slot++] = w * 32 + __ffs(bits) - 1;
+    for (uint32_t bits = bitmap[w]; bits; bits &= bits - 1) out[slot++] = w * 32 + __ffs(bits) - 1;
   }
   for (int i = total + threadIdx.x; i < p.topk; i += kThreads) out[i] = -1;
 }
@@ -271,8 +299,9 @@ __device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
   int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
   uint64_t *masks = p.sel_mask + (int64_t)t * p.sel_mask_stride;
   const int g0 = run_begin(pages), g1 = run_end(pages);
+  const uint32_t *bitmap = s.bitmap();
   auto mask_of = [&](int g) {
-    return (uint64_t)s.bitmap[2 * g] | ((uint64_t)s.bitmap[2 * g + 1] << 32);
+    return (uint64_t)bitmap[2 * g] | ((uint64_t)bitmap[2 * g + 1] << 32);
   };
   int used = 0;
   for (int g = g0; g < g1; ++g) used += mask_of(g) != 0;
@@ -319,7 +348,7 @@ __device__ void take_ties(const uint32_t *ties, int words, int need, SelectSmem 
     int total;
     const int before = base + block_exclusive_scan<kThreads>(__popc(bits), s.radix.scan, &total);
     for (int taken = before; bits && taken < need; ++taken) {
-      s.bitmap[w] |= bits & (~bits + 1);  // the lowest remaining tie
+      s.bitmap()[w] |= bits & (~bits + 1);  // the lowest remaining tie
       bits &= bits - 1;
     }
     base += total;
@@ -333,6 +362,7 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
   const int n = slot_is_position ? len : ws.count[blockIdx.x];
   if (n > kCandidates) return false;
   const int64_t row = (int64_t)blockIdx.x * kCandidates;
+  const int32_t *pos = slot_is_position ? nullptr : ws.cand_pos + row;
   const uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
   const int words = (len + 31) / 32;
   int tied = 0;
@@ -352,45 +382,52 @@ __device__ bool select_kept(const Params &p, const Workspace &ws, int len, Selec
   constexpr int kBatch = 4;
   for (int base = 0; base < n; base += kBatch * kThreads) {
     float score[kBatch];
-    int32_t pos[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kThreads + threadIdx.x;
       score[j] = i < n ? ws.cand_score[row + i] : 0.f;
-      pos[j] = i < n && !slot_is_position ? ws.cand_pos[row + i] : i;
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kThreads + threadIdx.x;
       const uint32_t key = order_key(score[j]);
-      if (i < n) {
-        s.cand_key[i] = key;
-        s.cand_pos[i] = pos[j];
-      }
+      if (i < n) s.cand_key[i] = key;
       if (radix_follows) histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
     }
   }
   __syncthreads();
   if (radix_follows) {
-    select_candidates(n, Radix{0u, 0, p.topk}, 0, true, s);
+    take_cut(n, find_cut(n, Radix{0u, 0, p.topk}, 0, true, s), pos, s);
   } else {
-    for (int i = threadIdx.x; i < n; i += kThreads) mark_position(s.cand_pos[i], s);
+    take_cut(n, Cut{0u, -1}, pos, s);  // every kept key (no key is below 0)
     take_ties(ties, words, p.topk - n, s);
   }
   return true;
 }
 
-__device__ void load_row_queries(const Params &p, int t, SelectSmem &s) {
+// Row t of request r, `len` keys, into s.rescued.
+__device__ void load_rescued_row(const Params &p, int r, int t, int len, SelectSmem &s) {
+  RecomputedRow &row = s.rescued;
   for (int i = threadIdx.x; i < kHeads * kDim; i += kThreads) {
     const int h = i / kDim, d = i % kDim;
-    reinterpret_cast<uint16_t *>(s.q[h])[d] = p.q[t * p.q_row_stride + h * p.q_head_stride + d];
+    reinterpret_cast<uint16_t *>(row.q[h])[d] = p.q[t * p.q_row_stride + h * p.q_head_stride + d];
   }
-  if (threadIdx.x < kHeads) s.w[threadIdx.x] = p.weights[t * p.weights_row_stride + threadIdx.x];
+  if (threadIdx.x < kHeads) row.w[threadIdx.x] = p.weights[t * p.weights_row_stride + threadIdx.x];
+  if (threadIdx.x == 0) {
+    row.k_index = p.k_index;
+    row.pages = p.block_table + r * p.block_table_stride;
+    row.page_stride = p.k_page_stride;
+    row.token_stride = p.k_token_stride;
+    row.num_pages = p.num_pages;
+    row.len = len;
+    row.row = t;
+    row.checked = p.checked;
+  }
   __syncthreads();
 }
 
-// One block per SM: its shared memory allows no second one, so registers need not be rationed.
-__global__ void __launch_bounds__(kThreads, 1)
+// Two blocks per SM where their shared memory allows it (select_smem_bytes).
+__global__ void __launch_bounds__(kThreads, 2)
     qsa_index_select(const Params p, int c0, const Workspace ws) {
   extern __shared__ __align__(16) unsigned char smem[];
   SelectSmem &s = *reinterpret_cast<SelectSmem *>(smem);
@@ -398,21 +435,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int len = r < 0 ? 0 : row_length(p, r, t);
   const int pages = (len + kPage - 1) / kPage;
   if (len <= p.topk) return emit_every_key(p, t, len);
-  const int words = 2 * pages;  // whole pages, so every mask word is initialised
-  for (int w = threadIdx.x; w < words; w += kThreads) s.bitmap[w] = 0u;
+  const int words = bitmap_words(len);
+  for (int w = threadIdx.x; w < words; w += kThreads) s.bitmap()[w] = 0u;
   __syncthreads();
   if (!select_kept(p, ws, len, s)) {
-    load_row_queries(p, t, s);
-    const RecomputedRow row{p.k_index,
-                            p.block_table + r * p.block_table_stride,
-                            p.k_page_stride,
-                            p.k_token_stride,
-                            p.num_pages,
-                            len,
-                            t,
-                            p.checked,
-                            &s};
-    rescue(row, p.topk, s);
+    load_rescued_row(p, r, t, len, s);
+    rescue(s.rescued, p.topk, s);
   }
   __syncthreads();
   if (p.topk_idx != nullptr) emit_topk_idx(p, t, words, s);
@@ -427,12 +455,16 @@ void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaS
 }
 
 void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  allow_dynamic_smem(qsa_index_select, sizeof(SelectSmem));
-  qsa_index_select<<<c1 - c0, kThreads, sizeof(SelectSmem), stream>>>(p, c0, w);
+  const uint32_t bytes = select_smem_bytes(p.max_seq_len);
+  allow_dynamic_smem(qsa_index_select, bytes);
+  prefer_max_carveout(qsa_index_select);  // two blocks of up to 48 KB per V100 SM
+  qsa_index_select<<<c1 - c0, kThreads, bytes, stream>>>(p, c0, w);
+}
+
+uint32_t threshold_smem_bytes() { return sizeof(ThresholdSmem); }
+
+uint32_t select_smem_bytes(int max_seq_len) {
+  return sizeof(SelectSmem) + bitmap_words(max_seq_len) * sizeof(uint32_t);
 }
 
 }  // namespace sm70ops::qsa_index
-
-extern "C" uint32_t sm70_qsa_index_smem_bytes(void) {
-  return sizeof(sm70ops::qsa_index::SelectSmem);
-}
