@@ -26,7 +26,7 @@ struct sm70_plan {
   const void *shape;     /* the op's table entry that matched, for launch */
   int64_t work_items;    /* 0: valid but empty (no rows): execute launches nothing */
   int32_t chunk_rows;    /* rows per pass, for ops whose workspace bounds a pass (qsa_index) */
-  uint32_t smem_bytes;   /* the most dynamic shared memory one of the route's blocks asks for */
+  uint32_t smem_bytes;   /* the most shared memory one of the route's blocks uses in this call */
   void *checked;         /* checked mode's device error record, or NULL (set by execute) */
   char message[SM70OPS_MESSAGE_BYTES];
 };

@@ -103,9 +103,9 @@ struct RecomputedRow {
 
 // A select block's shared memory: the candidates' keys, and after them the selection bitmap,
 // sized for the call's longest row (select_smem_bytes). The candidates' positions stay in the
-// workspace: only the keys a selection takes read theirs. Up to about 55K keys a block then
-// fits twice in a V100 SM's 96 KB (41 KB and a bit per key), where with the positions and a
-// bitmap for 131072 keys (89 KB) it fitted once.
+// workspace: only the keys a selection takes, and ties at its cut, read theirs. Up to about 55K
+// keys a block then fits twice in a V100 SM's 96 KB (41 KB and a bit per key), where with the
+// positions and a bitmap for 131072 keys (89 KB) it fitted once.
 struct SelectSmem {
   RadixScratch radix;
   uint32_t cand_key[kCandidates];
@@ -202,7 +202,7 @@ __device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int p
                                                   SelectSmem &s) {
   const unsigned takers = __ballot_sync(kFullMask, take);
   const uint32_t slot = warp_reserve_slot(warp_reserve_issue(&s.cand_count, takers), takers);
-  if (!take) return;
+  if (!take || slot >= (uint32_t)kRescueCandidates) return;  // the histogram counted at most that
   s.cand_key[slot] = key;
   rescue_positions(s)[slot] = position;
 }
@@ -339,7 +339,8 @@ __device__ void emit_every_key(const Params &p, int t, int len) {
   if (threadIdx.x == 0) p.sel_count[t] = pages;
 }
 
-// The first `need` set bits of the row's tie bitmap, in position order, into the selection.
+// The first `need` set bits of the row's tie bitmap, in position order, into the selection. Its
+// plain writes come after the scan's barrier, so after any marks made before the call.
 __device__ void take_ties(const uint32_t *ties, int words, int need, SelectSmem &s) {
   int base = 0;
   for (int w0 = 0; w0 < words && base < need; w0 += kThreads) {
@@ -456,7 +457,9 @@ void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaS
 
 void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
   const uint32_t bytes = select_smem_bytes(p.max_seq_len);
-  allow_dynamic_smem(qsa_index_select, bytes);
+  // The opt-in is the kernel's, shared by every host thread's launches: always the most any call
+  // needs, so that no thread lowers it under another's launch.
+  allow_dynamic_smem(qsa_index_select, select_smem_bytes(SM70_QSA_INDEX_MAX_SEQ_LEN));
   prefer_max_carveout(qsa_index_select);  // two blocks of up to 48 KB per V100 SM
   qsa_index_select<<<c1 - c0, kThreads, bytes, stream>>>(p, c0, w);
 }

@@ -55,7 +55,7 @@ static void reference(int32_t cc, const char *allow, sm70ops_reason *out) {
 
 /* What check() says on the valid baseline of `op` for a context of capability cc on a clean
  * environment (cc allow-listed unless 70): ACCEPTED, or what the capability itself decides (a T4
- * lacks the QSA kernels' shared memory). Computed when first needed; the environment is clean
+ * lacks the attention's shared memory). Computed when first needed; the environment is clean
  * between fuzzed calls. */
 static sm70ops_reason baseline(int32_t cc, sm70ops_op op) {
   static struct {

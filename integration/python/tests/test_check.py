@@ -154,7 +154,7 @@ def test_exit_codes(run_module, args, code):
 def test_an_allowed_gpu_without_the_shared_memory_declines(library, run_module):
     """The attention's head-dim-256 tile is sized for a V100's 96 KB of shared memory per block:
     a T4 (7.5, 64 KB) allow-listed for validation gets ARCH and the numbers, not a launch that
-    fails; the index's largest block (57 KB at 128K keys) and the MoE's (55 KB) fit and stay
+    fails; the index's largest block (58 KB at 128K keys) and the MoE's (55 KB) fit and stay
     accepted."""
     code, output = run_module("--library", library, "check", "--cc", "75",
                               env={"SM70OPS_ALLOW_ARCH": "75"})
