@@ -20,19 +20,14 @@ __device__ __forceinline__ int warp_inclusive_scan(int value) {
 
 // Warp-aggregated slot reservation on `counter` for the lanes of `group`: the group's first lane
 // reserves popc(group) slots with one atomic (one per group, not per lane: lanes appending to one
-// counter would otherwise serialise on it), and the lanes take them in lane order. In two halves
-// (the select's candidate collection calls them back to back): warp_reserve_issue: the atomic's
-// result in the group's first lane (an empty group issues none). warp_reserve_slot: called by every
-// lane of the warp; a lane of `group` gets its slot, any other lane a value to ignore (for an empty
-// group the source lane, -1, reads lane 31).
+// counter would otherwise serialise on it), and the lanes take them in lane order. Called by every
+// lane of the warp; a lane of `group` gets its slot, any other lane a value to ignore (an empty
+// group issues no atomic, and its source lane, -1, reads lane 31).
 template <class T>
-__device__ __forceinline__ T warp_reserve_issue(T *counter, unsigned group) {
+__device__ __forceinline__ T warp_reserve(T *counter, unsigned group) {
   const int lane = threadIdx.x & 31;
-  return lane == __ffs(group) - 1 ? atomicAdd(counter, static_cast<T>(__popc(group))) : T(0);
-}
-template <class T>
-__device__ __forceinline__ T warp_reserve_slot(T issued, unsigned group) {
-  const int lane = threadIdx.x & 31;
+  const T issued =
+      lane == __ffs(group) - 1 ? atomicAdd(counter, static_cast<T>(__popc(group))) : T(0);
   return __shfl_sync(kFullMask, issued, __ffs(group) - 1) +
          static_cast<T>(__popc(group & ((1u << lane) - 1)));
 }

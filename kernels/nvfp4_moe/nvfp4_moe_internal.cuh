@@ -24,7 +24,7 @@ constexpr int kMaxTopk = SM70_NVFP4_MOE_MAX_TOPK;
 // T 8192 x top-10, where 4096 pairs a block left most SMs idle (H200, prepared, ms, TP4 / TP1:
 // T 512 0.248 -> 0.231 / 0.679 -> 0.660, T 2048 0.343 -> 0.325 / 0.888 -> 0.866, T 8192 0.887
 // -> 0.869 / 2.281 -> 2.263), and at most 256 (16384 tokens x top-16), whose counts one thread
-// per expert scans eight at a time.
+// per expert scans (loading eight blocks' counts before storing any measured within noise).
 constexpr int kSortWarps = 8;
 constexpr int kSortSteps = 4;
 constexpr int kSortWarpPairs = kSortSteps * 32;

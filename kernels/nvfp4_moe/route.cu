@@ -100,21 +100,11 @@ __global__ void __launch_bounds__(kScanThreads)
   const int e = threadIdx.x;
   int count = 0;
   if (e < p.experts) {
-    // Eight blocks' counts are loaded before any prefix is stored: a store between two loads
-    // would keep the compiler from overlapping them (it cannot tell the addresses apart).
-    constexpr int kBatch = 8;
-    int32_t *column = w.block_counts + e;
-    for (int b0 = 0; b0 < pass.sort_blocks; b0 += kBatch) {
-      int c[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        c[j] = b0 + j < pass.sort_blocks ? column[(int64_t)(b0 + j) * p.experts] : 0;
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (b0 + j < pass.sort_blocks) column[(int64_t)(b0 + j) * p.experts] = count;
-        count += c[j];  // the block's first position within the expert, then its count
-      }
+    for (int b = 0; b < pass.sort_blocks; ++b) {
+      int32_t *slot = &w.block_counts[(int64_t)b * p.experts + e];
+      const int c = *slot;
+      *slot = count;  // the block's first position within the expert
+      count += c;
     }
   }
   int total = 0, total_big = 0, total_small = 0;

@@ -14,14 +14,14 @@
 //                             at the threshold come from a bitmap), then the expansion; a row of
 //                             at most K keys takes them all without one. A row the sample
 //                             misjudged is rescued, not approximated.
+#include <algorithm>
+
 #include "kernels/qsa_index/qsa_index.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 
 extern "C" uint32_t sm70_qsa_index_smem_bytes(int32_t max_seq_len) {
   using namespace sm70ops::qsa_index;
-  const uint32_t most =
-      score_smem_bytes() > threshold_smem_bytes() ? score_smem_bytes() : threshold_smem_bytes();
-  return select_smem_bytes(max_seq_len) > most ? select_smem_bytes(max_seq_len) : most;
+  return std::max({score_smem_bytes(), threshold_smem_bytes(), select_smem_bytes(max_seq_len)});
 }
 
 extern "C" uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_seq_len, uint64_t cap_bytes,

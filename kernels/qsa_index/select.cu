@@ -57,29 +57,25 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- select
 
-// A row to rescue, with its queries and weights. It lives in shared memory (SelectSmem): a
-// rarely taken path, whose registers are better left to the rest of the kernel (in registers it
-// spilled at a V100's 64 a thread, what two blocks of 512 threads per SM leave).
+// Row `row` of request `request`, `len` keys, whose scores a rescue recomputes on CUDA cores:
+// its queries and weights, in shared memory (SelectSmem) with the rest, since held in registers
+// across the rescue they spilled at a V100's 64 a thread (what two blocks of 512 threads per SM
+// leave). The keys' layout is read from the kernel's parameters where a score needs it.
 struct RecomputedRow {
   __half q[kHeads][kDim];
   float w[kHeads];
-  const uint16_t *k_index;
-  const int32_t *pages;  // the request's block table row
-  int64_t page_stride;
-  int64_t token_stride;
-  int num_pages;
-  int len;
+  int request;
   int row;
-  sm70_checked_error *checked;
+  int len;
 
-  __device__ float score(int j) const {
-    const int page = pages[j / kPage];
-    if (page < 0 || page >= num_pages) {  // as the scorer: zero keys
-      report_bad_index(checked, SM70_CHECKED_PAGE_ID, row, page, num_pages);
+  __device__ float score(const Params &p, int j) const {
+    const int page = p.block_table[request * p.block_table_stride + j / kPage];
+    if (page < 0 || page >= p.num_pages) {  // as the scorer: zero keys
+      report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, row, page, p.num_pages);
       return 0.f;
     }
-    const uint4 *k =
-        reinterpret_cast<const uint4 *>(k_index + page * page_stride + (j % kPage) * token_stride);
+    const uint4 *k = reinterpret_cast<const uint4 *>(p.k_index + page * p.k_page_stride +
+                                                     (j % kPage) * p.k_token_stride);
     float dot[kHeads] = {0.f, 0.f, 0.f, 0.f};
     for (int c = 0; c < kDim / 8; ++c) {
       const uint4 raw = k[c];
@@ -118,8 +114,11 @@ struct SelectSmem {
 
 // Bitmap words for a row of `len` keys: whole pages, so that each pair of words is a page mask.
 __host__ __device__ constexpr int bitmap_words(int len) { return 2 * ((len + kPage - 1) / kPage); }
-static_assert(sizeof(SelectSmem) + bitmap_words(SM70_QSA_INDEX_MAX_SEQ_LEN) * 4 <= kV100SmemBytes,
-              "a V100 block holds at most 96 KB");
+constexpr uint32_t smem_bytes(int max_seq_len) {
+  return sizeof(SelectSmem) + bitmap_words(max_seq_len) * sizeof(uint32_t);
+}
+constexpr uint32_t kMostSmemBytes = smem_bytes(SM70_QSA_INDEX_MAX_SEQ_LEN);
+static_assert(kMostSmemBytes <= kV100SmemBytes, "a V100 block holds at most 96 KB");
 
 // Where the candidates' positions are: the row's slots in the workspace, or none in a keep-all
 // call, whose slot i holds key i.
@@ -201,7 +200,7 @@ __device__ __forceinline__ int32_t *rescue_positions(SelectSmem &s) {
 __device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int position,
                                                   SelectSmem &s) {
   const unsigned takers = __ballot_sync(kFullMask, take);
-  const uint32_t slot = warp_reserve_slot(warp_reserve_issue(&s.cand_count, takers), takers);
+  const uint32_t slot = warp_reserve(&s.cand_count, takers);
   if (!take || slot >= (uint32_t)kRescueCandidates) return;  // the histogram counted at most that
   s.cand_key[slot] = key;
   rescue_positions(s)[slot] = position;
@@ -209,15 +208,15 @@ __device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int p
 
 // One pass over the row after level `width` chose a bin: marks the keys above it, and either
 // histograms the next level over the keys in it or collects them as candidates.
-__device__ void rescue_pass(const RecomputedRow &row, const Radix r, int width, bool collect,
-                            int next_width, SelectSmem &s) {
+__device__ void rescue_pass(const Params &p, const RecomputedRow &row, const Radix r, int width,
+                            bool collect, int next_width, SelectSmem &s) {
   const uint32_t bin = s.radix.bin;
   const Radix next = narrowed(r, width, s.radix);
   __syncthreads();  // s.radix.bin is read before the histogram is cleared
   if (!collect && next.consumed < 32) clear_histogram<kThreads>(next_width, s.radix);
   for (int base = 0; base < row.len; base += kThreads) {
     const int i = base + threadIdx.x;
-    const uint32_t k = i < row.len ? order_key(row.score(i)) : 0u;
+    const uint32_t k = i < row.len ? order_key(row.score(p, i)) : 0u;
     const bool live = i < row.len && matches(k, r);
     const uint32_t d = live ? digit(k, r.consumed, width) : 0u;
     mark_word(live && d > bin, i, s);
@@ -232,11 +231,12 @@ __device__ void rescue_pass(const RecomputedRow &row, const Radix r, int width, 
 }
 
 // The first `need` positions whose key equals the full prefix (ties go low).
-__device__ void take_row_ties(const RecomputedRow &row, const Radix full, SelectSmem &s) {
+__device__ void take_row_ties(const Params &p, const RecomputedRow &row, const Radix full,
+                              SelectSmem &s) {
   int taken = 0;
   for (int base = 0; base < row.len && taken < full.need; base += kThreads) {
     const int i = base + threadIdx.x;
-    const bool tie = i < row.len && order_key(row.score(i)) == full.prefix;
+    const bool tie = i < row.len && order_key(row.score(p, i)) == full.prefix;
     int total;
     const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
     mark_word(tie && rank < full.need, i, s);
@@ -244,13 +244,13 @@ __device__ void take_row_ties(const RecomputedRow &row, const Radix full, Select
   }
 }
 
-__device__ void rescue(const RecomputedRow &row, int topk, SelectSmem &s) {
-  Radix r{0u, 0, topk};
+__device__ void rescue(const Params &p, const RecomputedRow &row, SelectSmem &s) {
+  Radix r{0u, 0, p.topk};
   if (threadIdx.x == 0) s.cand_count = 0;
   clear_histogram<kThreads>(radix_bits(0), s.radix);
   for (int base = 0; base < row.len; base += kThreads) {
     const int i = base + threadIdx.x;
-    const uint32_t k = i < row.len ? order_key(row.score(i)) : 0u;
+    const uint32_t k = i < row.len ? order_key(row.score(p, i)) : 0u;
     histogram_add(i < row.len, digit(k, 0, radix_bits(0)), s.radix.hist);
   }
   __syncthreads();
@@ -261,8 +261,8 @@ __device__ void rescue(const RecomputedRow &row, int topk, SelectSmem &s) {
     const uint32_t in_bin = s.radix.in_bin;
     const bool last = next.consumed == 32;
     const bool collect = !last && in_bin <= (uint32_t)kRescueCandidates;
-    rescue_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
-    if (last) return take_row_ties(row, next, s);
+    rescue_pass(p, row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
+    if (last) return take_row_ties(p, row, next, s);
     if (collect) {
       const Cut cut = find_cut((int)in_bin, next, level + 1, false, s);
       return take_cut((int)in_bin, cut, rescue_positions(s), s);
@@ -322,8 +322,7 @@ __device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
 }
 
 // A row of at most K keys selects them all: positions 0..L-1, every page whole but the last.
-__device__ void emit_every_key(const Params &p, int t, int len) {
-  const int pages = (len + kPage - 1) / kPage;
+__device__ void emit_every_key(const Params &p, int t, int len, int pages) {
   int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
   for (int i = threadIdx.x; p.topk_idx != nullptr && i < p.topk; i += kThreads) {
     out[i] = i < len ? i : -1;
@@ -414,16 +413,7 @@ __device__ void load_rescued_row(const Params &p, int r, int t, int len, SelectS
     reinterpret_cast<uint16_t *>(row.q[h])[d] = p.q[t * p.q_row_stride + h * p.q_head_stride + d];
   }
   if (threadIdx.x < kHeads) row.w[threadIdx.x] = p.weights[t * p.weights_row_stride + threadIdx.x];
-  if (threadIdx.x == 0) {
-    row.k_index = p.k_index;
-    row.pages = p.block_table + r * p.block_table_stride;
-    row.page_stride = p.k_page_stride;
-    row.token_stride = p.k_token_stride;
-    row.num_pages = p.num_pages;
-    row.len = len;
-    row.row = t;
-    row.checked = p.checked;
-  }
+  if (threadIdx.x == 0) row.request = r, row.row = t, row.len = len;
   __syncthreads();
 }
 
@@ -435,13 +425,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int t = c0 + blockIdx.x, r = row_request(p, t);
   const int len = r < 0 ? 0 : row_length(p, r, t);
   const int pages = (len + kPage - 1) / kPage;
-  if (len <= p.topk) return emit_every_key(p, t, len);
+  if (len <= p.topk) return emit_every_key(p, t, len, pages);
   const int words = bitmap_words(len);
   for (int w = threadIdx.x; w < words; w += kThreads) s.bitmap()[w] = 0u;
   __syncthreads();
   if (!select_kept(p, ws, len, s)) {
     load_rescued_row(p, r, t, len, s);
-    rescue(s.rescued, p.topk, s);
+    rescue(p, s.rescued, s);
   }
   __syncthreads();
   if (p.topk_idx != nullptr) emit_topk_idx(p, t, words, s);
@@ -456,18 +446,16 @@ void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaS
 }
 
 void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  const uint32_t bytes = select_smem_bytes(p.max_seq_len);
+  const uint32_t bytes = smem_bytes(p.max_seq_len);
   // The opt-in is the kernel's, shared by every host thread's launches: always the most any call
   // needs, so that no thread lowers it under another's launch.
-  allow_dynamic_smem(qsa_index_select, select_smem_bytes(SM70_QSA_INDEX_MAX_SEQ_LEN));
-  prefer_max_carveout(qsa_index_select);  // two blocks of up to 48 KB per V100 SM
+  allow_dynamic_smem(qsa_index_select, kMostSmemBytes);
+  prefer_max_carveout(qsa_index_select);  // two blocks per V100 SM up to about 55K keys
   qsa_index_select<<<c1 - c0, kThreads, bytes, stream>>>(p, c0, w);
 }
 
 uint32_t threshold_smem_bytes() { return sizeof(ThresholdSmem); }
 
-uint32_t select_smem_bytes(int max_seq_len) {
-  return sizeof(SelectSmem) + bitmap_words(max_seq_len) * sizeof(uint32_t);
-}
+uint32_t select_smem_bytes(int max_seq_len) { return smem_bytes(max_seq_len); }
 
 }  // namespace sm70ops::qsa_index
