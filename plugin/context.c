@@ -56,6 +56,7 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
       sm70_cuda_smem_per_block(ctx->device_ordinal, &ctx->smem_per_block, &err) != 0) {
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   }
+  note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
   return sm70_ok();
 }
 
@@ -88,12 +89,8 @@ static void log_device(const sm70ops_context *ctx) {
            ctx->device_ordinal, cc / 10, cc % 10,
            ctx->capability_from_host ? " (given by the host)" : "", ctx->smem_per_block / 1024,
            allowed ? "" : ": not SM70, every op will decline");
-  char host_note[sizeof(ctx->no_code_note)]; /* ctx holds the note for a real device only */
-  const char *no_code = ctx->no_code_note;
-  if (ctx->capability_from_host) {
-    note_missing_code(cc, host_note, sizeof(host_note));
-    no_code = host_note;
-  }
+  char no_code[sizeof(ctx->no_code_note)]; /* the context holds it for a real device only */
+  note_missing_code(cc, no_code, sizeof(no_code));
   if (!allowed || no_code[0] == '\0') return;
   sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", no_code,
            ctx->capability_from_host
@@ -156,9 +153,6 @@ sm70ops_status sm70_context_create(const sm70ops_context_desc *desc, sm70ops_con
   if (status != SM70OPS_OK) {
     free(ctx);
     return status;
-  }
-  if (ctx->compute_capability != 0 && !ctx->capability_from_host) {
-    note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
   }
   if (ctx->settings.checked && ctx->capability_from_host) {
     /* The descriptor's promise: a given compute capability means no CUDA call at all. */
