@@ -74,7 +74,7 @@ TEST(SM70_Lifecycle, ForkAfterCapabilityQueriesThenCudaInChild) {
 
 // A context on the real device reads the device's own shared memory limit and its creation log
 // names it. (Where the device and the plugin's table agree, as on an H200, this cannot tell the
-// two apart; the table serves only contexts given their capability: tests/plugin.)
+// two apart; tests/plugin/context_smem_test does, against a fake device.)
 TEST(SM70_Lifecycle, DeviceContextReadsTheSharedMemoryLimit) {
   SM70OPS_REQUIRE_GPU();
   int optin = 0;
