@@ -20,10 +20,11 @@
  *
  * Versioning rules (see abi/CHANGELOG.md):
  *   - Every struct that crosses the boundary starts with `struct_size`; fields are only appended.
- *     A plugin reads a field only if struct_size covers it. 1.0 is the first version, so a 1.0
- *     plugin takes exactly the 1.0 sizes: a smaller input struct is invalid, a larger one (a
- *     newer host) is declined (SM70OPS_REASON_STRUCT_SIZE), an output struct must hold 1.0's
- *     fields; later minors will accept every earlier size.
+ *     A plugin reads a field only if struct_size covers it, and takes an argument struct of the
+ *     size any minor up to its own defined (SM70OPS_*_ARGS_SIZE_1_0 and sizeof): fields the host's
+ *     size does not cover take their documented defaults. Any other size is declined
+ *     (SM70OPS_REASON_STRUCT_SIZE: a larger one is a newer host); an output struct must hold
+ *     1.0's fields.
  *   - The function table is append-only; a NULL slot means "not implemented".
  *   - Enums travel as int32_t; unknown values are declined, never trusted.
  */
@@ -39,11 +40,11 @@ extern "C" {
 #endif
 
 #define SM70OPS_ABI_MAJOR 1
-#define SM70OPS_ABI_MINOR 0
+#define SM70OPS_ABI_MINOR 1
 
 /* Semantic version of this header's plugin release. */
 #define SM70OPS_VERSION_MAJOR 0
-#define SM70OPS_VERSION_MINOR 1
+#define SM70OPS_VERSION_MINOR 2
 #define SM70OPS_VERSION_PATCH 0
 
 #define SM70OPS_ENTRY_POINT_NAME "sm70ops_get_api"
@@ -141,7 +142,9 @@ typedef void (*sm70ops_log_fn)(void *user_data, sm70ops_log_level level, const c
 
 typedef struct sm70ops_context_desc {
   uint32_t struct_size;
-  int32_t device_ordinal; /* CUDA device the context's calls run on */
+  /* CUDA device the context's calls run on. An ordinal past the machine's devices is refused
+   * (SM70OPS_ERR_INVALID_ARGUMENT); on a machine with none, every op declines NO_DEVICE. */
+  int32_t device_ordinal;
   /* Compute capability as major*10+minor (70 for V100). 0: ask the CUDA runtime about
    * device_ordinal (the device count and attributes, and with SM70OPS_CHECKED a mapped host
    * allocation: context_create's only CUDA calls). Nonzero: trust it and touch no CUDA at all, for
@@ -180,59 +183,78 @@ typedef struct sm70ops_device_info {
 } sm70ops_device_info;
 
 /* ------------------------------------------------------------------------------------------------
- * Op arguments. Conventions shared by all ops (full contract: README.md, "The ops"):
+ * Op arguments. Conventions shared by all ops (full contract: ../shared/spec/ops.md, version 2):
  *   - Tensors are borrowed DLTensor views on the context's device (kDLCUDA); `strides` is required
  *     (in elements), `byte_offset` honoured, the innermost dimension must be contiguous and rows
  *     16-byte aligned. check() reads only the descriptors; data may be NULL there. execute() also
  *     requires data for every tensor that is not marked optional.
  *   - Varlen batches, vLLM style: query_start_loc [R+1] int32, seq_lens [R] int32 (context
- * including this chunk), block_table [R, max_pages] int32 (logical page -> physical page, 64 tokens
- * a page). Row i of request r sits at pos = seq_len - query_len + i and sees keys 0..pos.
+ *     including this chunk), block_table [R, max_pages] int32 (logical page -> physical page; the
+ *     KV cache and the index cache share it). Row i of request r sits at pos = seq_len -
+ *     query_len + i and sees the L = pos + 1 tokens 0..pos. The page size P (16, 32 or 64 tokens)
+ *     is read from the caches' shapes.
  *   - max_seq_len / max_query_len are host-side bounds of seq_lens and of the per-request row
- * counts (vLLM keeps both on the host). max_seq_len sizes the launches and the workspace, so the
- * op is CUDA-graph safe; max_query_len is validated against the rows.
+ *     counts (vLLM keeps both on the host). max_seq_len sizes the launches and the workspace, so
+ *     the op is CUDA-graph safe; max_query_len is validated against the rows.
  */
 
-/* Op 1, QSA index: s[t,j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) for j < L_t; top-k; expand. */
+/* Op 1, QSA index. The index cache holds one key per group of c tokens (c = compress_ratio);
+ * row t sees G = floor(L / c) complete groups, scored s[t,g] = sum_h w[t,h] * relu(q[t,h,:] .
+ * k[g,:]). It selects the topk / c best groups (all when G <= topk / c; ties to the lower group)
+ * plus the tail tokens c*G .. pos that no complete group holds: the row's token set S, at most
+ * topk + c - 1 tokens. */
 typedef struct sm70ops_qsa_index_args {
   uint32_t struct_size;
-  int32_t topk; /* K */
+  int32_t topk; /* the budget B in tokens, a multiple of compress_ratio */
   int32_t max_seq_len;
   int32_t max_query_len;
   /* Device scratch the host allows (0: 256 MiB). The op scores rows in chunks that fit it. */
   uint64_t max_workspace_bytes;
-  const DLTensor *q;               /* [T, 4, 128] fp16, RoPE applied */
-  const DLTensor *weights;         /* [T, 4] fp32, every scale folded in */
-  const DLTensor *k_index;         /* [num_pages, 64, 128] fp16, paged MQA index keys */
+  const DLTensor *q; /* [T, 4, 128] fp16, norm and RoPE applied */
+  /* [T, 4] fp32, every scale folded in. ABI 1.1: NULL weighs every head 1/sqrt(128) (the
+   * weight-free indexer); a 1.0-sized struct must give it. */
+  const DLTensor *weights;
+  const DLTensor *k_index; /* [num_pages, P / c, 128] fp16: page p holds KV page p's groups */
   const DLTensor *query_start_loc; /* [R+1] int32 */
   const DLTensor *seq_lens;        /* [R] int32 */
   const DLTensor *block_table;     /* [R, max_pages] int32 */
   /* Outputs; each optional, at least one of topk_idx or the sel_* triple. NB must be at least
-   * min(K, ceil(max_seq_len / 64)), the most pages a row can select. */
-  const DLTensor *topk_idx;   /* [T, K] int32, request-local positions ascending, -1 padded */
+   * min(topk / c + 1, ceil(max_seq_len / P)) (c = 1: min(topk, ceil(max_seq_len / P))), the
+   * most pages a row's set can touch. */
+  const DLTensor *topk_idx;   /* [T, topk + c - 1] int32: S ascending, request-local, -1 padded */
   const DLTensor *sel_blocks; /* [T, NB] int32, sorted unique logical pages, -1 padded */
-  const DLTensor *sel_mask;   /* [T, NB] uint64, bit b: token 64*page+b selected */
+  const DLTensor *sel_mask;   /* [T, NB] uint64, bit b: token P*page+b is in S */
   const DLTensor *sel_count;  /* [T] int32, valid entries of sel_blocks */
+  /* ABI 1.1 */
+  int32_t compress_ratio; /* c: 1, 2 or 4 (Qwen3.8-Flash-Next: 4); 0 or absent: 1 */
+  uint32_t reserved1;     /* must be 0 */
 } sm70ops_qsa_index_args;
 
-/* Op 2, QSA selected attention over the expansion of op 1, causal bound applied by the op. */
+/* Op 2, QSA selected attention over the expansion of op 1, causal bound applied by the op:
+ * o[t,h] = softmax(sm_scale * q[t,h] . k[S_t]) v[S_t], times sigmoid(gate[t,h]) when gated. */
 typedef struct sm70ops_qsa_attn_args {
   uint32_t struct_size;
   float sm_scale;
   int32_t max_seq_len;
   int32_t max_query_len;
   const DLTensor *q;               /* [T, Hq, D] fp16, D in {128, 256}, Hq a multiple of Hkv */
-  const DLTensor *k_cache;         /* [num_pages, 64, Hkv, D] fp16 */
-  const DLTensor *v_cache;         /* [num_pages, 64, Hkv, D] fp16; may view the same buffer */
+  const DLTensor *k_cache;         /* [num_pages, P, Hkv, D] fp16 */
+  const DLTensor *v_cache;         /* [num_pages, P, Hkv, D] fp16; may view the same buffer */
   const DLTensor *query_start_loc; /* [R+1] int32 */
   const DLTensor *seq_lens;        /* [R] int32 */
   const DLTensor *block_table;     /* [R, max_pages] int32 */
   const DLTensor *sel_blocks;      /* [T, NB] int32, strictly ascending (as op 1 writes them) */
-  const DLTensor *sel_mask;        /* [T, NB] uint64 */
+  const DLTensor *sel_mask;        /* [T, NB] uint64, bit b: token P*page+b */
   const DLTensor *sel_count;       /* [T] int32 */
   const DLTensor *out;             /* [T, Hq, D] fp16 */
-  const DLTensor *lse;             /* [T, Hq] fp32, natural log; optional (NULL) */
+  const DLTensor *lse;             /* [T, Hq] fp32, natural log of the ungated sums; optional */
+  /* ABI 1.1 */
+  const DLTensor *gate; /* [T, Hq, D] fp16: out *= sigmoid(gate) in fp32; optional (NULL) */
 } sm70ops_qsa_attn_args;
+
+/* The argument structs' sizes as ABI 1.0 defined them: what a 1.0 host sends. */
+#define SM70OPS_QSA_INDEX_ARGS_SIZE_1_0 offsetof(sm70ops_qsa_index_args, compress_ratio)
+#define SM70OPS_QSA_ATTN_ARGS_SIZE_1_0 offsetof(sm70ops_qsa_attn_args, gate)
 
 /* NVFP4 expert weights in the ModelOpt/vLLM checkpoint layout (unswizzled); e4m3 travels as uint8.
  */

@@ -3,9 +3,9 @@
 #include <string.h>
 
 #include "abi/sm70ops.h"
-#include "kernels/common/cuda_device.h"
 #include "plugin/build_info.h"
 #include "plugin/context.h"
+#include "plugin/cuda_device.h"
 #include "plugin/dispatch.h"
 #include "plugin/status.h"
 

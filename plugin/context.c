@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/common/cuda_device.h"
+#include "kernels/common/arch.h"
 #include "plugin/build_info.h"
+#include "plugin/cuda_device.h"
 #include "plugin/status.h"
 
 enum { kSm70 = 70 };
@@ -37,18 +38,22 @@ static void note_missing_code(int32_t cc, char *note, size_t bytes) {
            cc == 70 ? ": a V100 needs the sm70 build (--config=sm70)" : "");
 }
 
-/* Asks the CUDA runtime for the device's compute capability and shared-memory limit; no device is
- * not an error. */
+/* Asks the CUDA runtime for the device's compute capability and shared-memory limit. A machine
+ * with no device is not an error (every op declines, so the host keeps its own path); an ordinal
+ * past the devices a machine has is the host's mistake. */
 static sm70ops_status query_device(sm70ops_context *ctx) {
   sm70_cuda_error err;
   int32_t count = 0;
   if (sm70_cuda_device_count(&count, &err) != 0)
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
-  if (ctx->device_ordinal >= count) {
-    snprintf(ctx->no_device_note, sizeof(ctx->no_device_note),
-             count == 0 ? "no CUDA device" : "device %d requested but only %d CUDA devices",
-             ctx->device_ordinal, count);
+  if (count == 0) {
+    snprintf(ctx->no_device_note, sizeof(ctx->no_device_note), "no CUDA device");
     return sm70_ok();
+  }
+  if (ctx->device_ordinal >= count) {
+    return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT,
+                     "context_create: device_ordinal %d, this machine has %d CUDA device%s (0..%d)",
+                     ctx->device_ordinal, count, count == 1 ? "" : "s", count - 1);
   }
   /* Device attributes, not cudaGetDeviceProperties: on the H200 test machine that call grew
    * host memory by about 100 KB per context (1000 create/destroy cycles, measured). */
@@ -60,19 +65,18 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
   return sm70_ok();
 }
 
-/* CUDA's sharedMemPerBlockOptin per compute capability, for a context given its capability (no
- * device to ask): 48 KB, what every architecture gives without opting in, for one it does not
- * know. */
+/* The opt-in shared memory per block of compute capability `cc` (kernels/common/arch.h), for a
+ * context given its capability: there is no device to ask. */
 static uint32_t known_smem_per_block(int32_t cc) {
-  static const struct {
-    int32_t cc;
-    uint32_t kib;
-  } kLimits[] = {{70, 96}, {72, 96},  {75, 64},   {80, 163},  {86, 99},  {87, 163},
-                 {89, 99}, {90, 227}, {100, 227}, {103, 227}, {120, 99}, {121, 99}};
-  for (size_t i = 0; i < sizeof(kLimits) / sizeof(kLimits[0]); ++i) {
-    if (kLimits[i].cc == cc) return kLimits[i].kib * 1024u;
+#define SM70_SMEM_CASE(capability, kib) \
+  case capability:                      \
+    return (kib)*1024u;
+  switch (cc) {
+    SM70_ARCH_SMEM_PER_BLOCK(SM70_SMEM_CASE)
+    default:
+      return SM70_ARCH_DEFAULT_SMEM_PER_BLOCK_KIB * 1024u;
   }
-  return 48u * 1024u;
+#undef SM70_SMEM_CASE
 }
 
 /* The device the context serves, at creation; a warning when its ops cannot run there. A context
@@ -104,9 +108,7 @@ static void enable_checked_mode(sm70ops_context *ctx) {
   void *host = NULL, *device = NULL;
   if (sm70_cuda_alloc_mapped(sizeof(sm70_checked_error), &host, &device, &err) != 0) {
     sm70_log(ctx, SM70OPS_LOG_WARN,
-             "sm70ops: SM70OPS_CHECKED: no mapped host memory (%s): "
-             "checked mode off",
-             err.message);
+             "sm70ops: SM70OPS_CHECKED: no mapped host memory (%s): checked mode off", err.message);
     return;
   }
   ctx->checked_host = host;
@@ -187,6 +189,9 @@ static const char *checked_what(uint32_t kind) {
       return "topk_ids expert id";
     case SM70_CHECKED_SEL_ORDER:
       return "sel_blocks page (not above the one before it; the list must ascend)";
+    case SM70_CHECKED_QUERY_START:
+      return "query_start_loc entry (it must start at 0, never decrease and end at T; row is the "
+             "entry's index)";
     default:
       return "index";
   }

@@ -4,8 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/common/cuda_device.h"
 #include "plugin/context.h"
+#include "plugin/cuda_device.h"
+#include "plugin/env.h"
 #include "plugin/op.h"
 #include "plugin/status.h"
 
@@ -17,6 +18,15 @@ static const sm70_op *const kOps[] = {
 };
 
 enum { kWorkspaceAlignBytes = 256 };
+
+/* An op's arguments as this plugin's minor defines them: a host's struct of an earlier minor is
+ * copied in and the fields it lacks read as zero, each one's documented default. */
+typedef union sm70_args {
+  sm70ops_qsa_index_args qsa_index;
+  sm70ops_qsa_attn_args qsa_attn;
+  sm70ops_nvfp4_moe_args nvfp4_moe;
+  sm70ops_nvfp4_moe_prepare_args nvfp4_moe_prepare;
+} sm70_args;
 
 int32_t sm70_decline(sm70_plan *plan, sm70ops_reason reason, const char *format, ...) {
   plan->reason = reason;
@@ -34,6 +44,18 @@ static const sm70_op *find_op(sm70ops_op id) {
   return NULL;
 }
 
+/* The host's struct must have the size of one ABI minor's definition of it. */
+static int32_t known_size(const sm70_op *op, uint32_t size, sm70_plan *plan) {
+  const uint32_t newest = op->args_sizes[SM70OPS_ABI_MINOR];
+  for (int32_t minor = 0; minor <= SM70OPS_ABI_MINOR; ++minor) {
+    if (size == op->args_sizes[minor]) return 1;
+  }
+  return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE,
+                      "%s args struct_size %u is no ABI %d.x size of it (1.0: %u, %d.%d: %u)%s",
+                      op->name, size, SM70OPS_ABI_MAJOR, op->args_sizes[0], SM70OPS_ABI_MAJOR,
+                      SM70OPS_ABI_MINOR, newest, size > newest ? ": the host is newer" : "");
+}
+
 /* The gates every op shares, in the order an operator would want them reported. */
 static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70ops_op id,
                             const void *args, sm70_plan *plan) {
@@ -46,9 +68,11 @@ static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70o
                         "op id %d is not known to sm70ops %d.%d.%d", id, SM70OPS_VERSION_MAJOR,
                         SM70OPS_VERSION_MINOR, SM70OPS_VERSION_PATCH);
   }
-  if (*(const int32_t *)((const char *)s + op->disabled_field)) {
+  if (sm70_settings_op_disabled(s, op->id)) {
+    char switches[SM70OPS_MESSAGE_BYTES / 2];
+    sm70_env_op_switches(op->id, switches, sizeof(switches));
     return sm70_decline(plan, SM70OPS_REASON_OP_DISABLED, "%s switched off by %s", op->name,
-                        op->disabled_by);
+                        switches);
   }
   if (ctx->compute_capability == 0) {
     return sm70_decline(plan, SM70OPS_REASON_NO_DEVICE, "%s", ctx->no_device_note);
@@ -64,27 +88,19 @@ static int32_t common_gates(const sm70ops_context *ctx, const sm70_op *op, sm70o
     return sm70_decline(plan, SM70OPS_REASON_ARCH, "%s", ctx->no_code_note);
   }
   if (args == NULL) return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "args is NULL");
-  uint32_t size = *(const uint32_t *)args;
-  if (size != op->args_size) {
-    return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE,
-                        "%s args struct_size %u, this plugin knows %u (ABI %d.%d)%s", op->name,
-                        size, op->args_size, SM70OPS_ABI_MAJOR, SM70OPS_ABI_MINOR,
-                        size > op->args_size ? ": the host is newer" : "");
-  }
-  return 1;
+  return known_size(op, *(const uint32_t *)args, plan);
 }
 
+/* Plans the call; on a known op and struct size `normalized` holds the host's arguments at this
+ * plugin's size, and plan() and launch read that copy. */
 static void make_plan(const sm70ops_context *ctx, sm70ops_op id, const void *args,
-                      int32_t need_data, sm70_plan *plan) {
+                      int32_t need_data, sm70_args *normalized, sm70_plan *plan) {
   memset(plan, 0, sizeof(*plan));
   const sm70_op *op = find_op(id);
   if (!common_gates(ctx, op, id, args, plan)) return;
-  op->plan(ctx, args, need_data, plan);
-  /* A table entry whose kernel is not built accepts nothing, whichever op it belongs to. */
-  if (plan->reason == SM70OPS_REASON_ACCEPTED && plan->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED, "%s: the SM70 kernel is not in this build",
-                 op->name);
-  }
+  memset(normalized, 0, sizeof(*normalized));
+  memcpy(normalized, args, *(const uint32_t *)args);
+  op->plan(ctx, normalized, need_data, plan);
   /* Sized for a V100's 96 KB: an allow-listed GPU with less (a T4) cannot launch it. */
   const uint32_t smem_limit = ctx->smem_per_block;
   if (plan->reason == SM70OPS_REASON_ACCEPTED && plan->smem_bytes > smem_limit) {
@@ -104,7 +120,8 @@ sm70ops_status sm70_check(const sm70ops_context *ctx, sm70ops_op op, const void 
                      out->struct_size, sizeof(sm70ops_decision));
   }
   sm70_plan plan;
-  make_plan(ctx, op, args, 0, &plan);
+  sm70_args normalized;
+  make_plan(ctx, op, args, 0, &normalized, &plan);
   out->accepted = plan.reason == SM70OPS_REASON_ACCEPTED;
   out->reason = plan.reason;
   out->route = out->accepted ? plan.route : SM70OPS_ROUTE_NONE;
@@ -132,8 +149,6 @@ static sm70ops_status decline_status(const sm70_plan *plan) {
     case SM70OPS_REASON_INVALID_ARGUMENT:
     case SM70OPS_REASON_STRUCT_SIZE:
       return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "%s", plan->message);
-    case SM70OPS_REASON_NOT_IMPLEMENTED:
-      return sm70_fail(SM70OPS_ERR_NOT_IMPLEMENTED, "%s", plan->message);
     case SM70OPS_REASON_NO_DEVICE:
       return sm70_fail(SM70OPS_ERR_NO_DEVICE, "%s", plan->message);
     default:
@@ -173,8 +188,7 @@ static sm70ops_status launch_on_device(const sm70ops_context *ctx, const sm70_pl
     status = sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   } else if (cc != ctx->compute_capability) {
     status = sm70_fail(SM70OPS_ERR_NO_DEVICE,
-                       "device %d has compute capability %d, the context "
-                       "was created for %d",
+                       "device %d has compute capability %d, the context was created for %d",
                        ctx->device_ordinal, cc, ctx->compute_capability);
   } else {
     status = plan->launch(plan, args, stream, workspace);
@@ -189,7 +203,8 @@ sm70ops_status sm70_execute(const sm70ops_context *ctx, sm70ops_op op, const voi
                             void *stream, void *workspace, uint64_t workspace_bytes) {
   if (ctx == NULL) return sm70_fail(SM70OPS_ERR_INVALID_ARGUMENT, "execute: ctx is NULL");
   sm70_plan plan;
-  make_plan(ctx, op, args, 1, &plan);
+  sm70_args normalized;
+  make_plan(ctx, op, args, 1, &normalized, &plan);
   if (plan.reason != SM70OPS_REASON_ACCEPTED) return decline_status(&plan);
   sm70ops_status status = check_workspace(&plan, workspace, workspace_bytes);
   if (status != SM70OPS_OK) return status;
@@ -197,6 +212,6 @@ sm70ops_status sm70_execute(const sm70ops_context *ctx, sm70ops_op op, const voi
   if (status != SM70OPS_OK) return status;
   plan.checked = ctx->checked_device;
   if (plan.work_items == 0) return sm70_ok();
-  status = launch_on_device(ctx, &plan, args, stream, workspace);
+  status = launch_on_device(ctx, &plan, &normalized, stream, workspace);
   return status == SM70OPS_OK ? sm70_ok() : status;
 }

@@ -17,27 +17,28 @@ static bool_value parse_bool(const char *text) {
   return kBoolMalformed;
 }
 
-/* The boolean switches: variable, the flag it sets, the parsed value that sets it, and what
- * setting it does (for the log). */
+/* The boolean switches: variable, what it sets (a settings flag, or the ops of a mask), the
+ * parsed value that sets it, and what setting it does (for the log). */
 typedef struct bool_switch {
   const char *name;
-  size_t field;     /* offsetof(sm70_settings, ...) */
+  size_t field;     /* offsetof(sm70_settings, ...) of a flag; ignored when ops != 0 */
+  uint32_t ops;     /* bit `op` for each op id it switches off */
   int32_t set_when; /* kBoolOn or kBoolOff */
   const char *effect;
 } bool_switch;
 
+#define OP_BIT(op) (1u << (op))
+
 static const bool_switch kSwitches[] = {
-    {"SM70OPS_DISABLE", offsetof(sm70_settings, plugin_disabled), kBoolOn, "plugin off"},
-    {"SM70OPS_DISABLE_QSA_INDEX", offsetof(sm70_settings, qsa_index_disabled), kBoolOn,
-     "qsa_index off"},
-    {"SM70OPS_DISABLE_QSA_ATTN", offsetof(sm70_settings, qsa_attn_disabled), kBoolOn,
-     "qsa_attn off"},
-    {"SM70OPS_DISABLE_NVFP4_MOE", offsetof(sm70_settings, nvfp4_moe_disabled), kBoolOn,
-     "nvfp4_moe off"},
+    {"SM70OPS_DISABLE", offsetof(sm70_settings, plugin_disabled), 0, kBoolOn, "plugin off"},
+    {"SM70OPS_DISABLE_QSA_INDEX", 0, OP_BIT(SM70OPS_OP_QSA_INDEX), kBoolOn, "qsa_index off"},
+    {"SM70OPS_DISABLE_QSA_ATTN", 0, OP_BIT(SM70OPS_OP_QSA_ATTN), kBoolOn, "qsa_attn off"},
+    {"SM70OPS_DISABLE_NVFP4_MOE", 0,
+     OP_BIT(SM70OPS_OP_NVFP4_MOE) | OP_BIT(SM70OPS_OP_NVFP4_MOE_PREPARE), kBoolOn,
+     "nvfp4_moe and nvfp4_moe_prepare off"},
     /* The seed engine's switch keeps its meaning: 0 turns the indexer fast path off. */
-    {"VLLM_SM70_QSA_INDEXER_CUBLAS", offsetof(sm70_settings, qsa_index_disabled), kBoolOff,
-     "qsa_index off"},
-    {"SM70OPS_CHECKED", offsetof(sm70_settings, checked), kBoolOn,
+    {"VLLM_SM70_QSA_INDEXER_CUBLAS", 0, OP_BIT(SM70OPS_OP_QSA_INDEX), kBoolOff, "qsa_index off"},
+    {"SM70OPS_CHECKED", offsetof(sm70_settings, checked), 0, kBoolOn,
      "checked mode on: kernels validate page, selection and expert ids"},
 };
 
@@ -61,10 +62,11 @@ static void read_switch(const bool_switch *sw, const char *text, sm70_note_fn no
     return;
   }
   int32_t set = (int32_t)v == sw->set_when;
-  if (set) *(int32_t *)((char *)s + sw->field) = 1;
+  if (set && sw->ops != 0) s->disabled_ops |= sw->ops;
+  if (set && sw->ops == 0) *(int32_t *)((char *)s + sw->field) = 1;
   snprintf(line, sizeof(line), "%s=%s: %s", sw->name, text, set ? sw->effect : "no effect");
   if (note) note(user, SM70OPS_LOG_INFO, line);
-  if (set && sw->field == offsetof(sm70_settings, plugin_disabled)) {
+  if (set && sw->ops == 0 && sw->field == offsetof(sm70_settings, plugin_disabled)) {
     snprintf(s->plugin_disabled_note, sizeof(s->plugin_disabled_note), "%s", line);
   }
 }
@@ -119,4 +121,20 @@ void sm70_settings_read(sm70_getenv_fn get, sm70_note_fn note, void *user, sm70_
   }
   const char *archs = get(kAllowArch);
   if (archs != NULL && archs[0] != '\0') read_allow_arch(archs, note, user, out);
+}
+
+int32_t sm70_settings_op_disabled(const sm70_settings *s, sm70ops_op op) {
+  return op >= 0 && op < 32 && (s->disabled_ops & OP_BIT(op)) != 0;
+}
+
+void sm70_env_op_switches(sm70ops_op op, char *out, size_t bytes) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof(kSwitches) / sizeof(kSwitches[0]) && used < bytes; ++i) {
+    const bool_switch *sw = &kSwitches[i];
+    if (op < 0 || op >= 32 || (sw->ops & OP_BIT(op)) == 0) continue;
+    int n = snprintf(out + used, bytes - used, "%s%s=%d", used ? " or " : "", sw->name,
+                     sw->set_when == kBoolOn);
+    if (n > 0) used += (size_t)n;
+  }
 }

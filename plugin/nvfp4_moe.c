@@ -11,8 +11,8 @@ typedef struct nvfp4_moe_shape {
   int32_t h_multiple;  /* hidden size H: a multiple of this */
   int32_t i_multiple;  /* expert intermediate size I (per TP rank): a multiple of this */
   sm70ops_route route;
-  sm70_launch_fn launch;  /* NULL: the kernel is not in this build */
-  sm70_launch_fn prepare; /* NULL: the repack is not in this build */
+  sm70_launch_fn launch;
+  sm70_launch_fn prepare;
 } nvfp4_moe_shape;
 
 static sm70ops_status launch_nvfp4_moe(const sm70_plan *plan, const void *args, void *stream,
@@ -44,9 +44,8 @@ static int32_t check_weights(const sm70ops_context *ctx, const sm70ops_nvfp4_wei
   if (w == NULL) return sm70_decline(plan, bad, "weights is NULL");
   if (w->struct_size != sizeof(*w)) {
     return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE,
-                        "weights struct_size %u, this plugin "
-                        "knows %zu",
-                        w->struct_size, sizeof(*w));
+                        "weights struct_size %u, this plugin knows %zu", w->struct_size,
+                        sizeof(*w));
   }
   if (w->reserved0 != 0) return sm70_decline(plan, bad, "weights reserved0 must be 0");
   const sm70_tensor_spec w13_spec = {.name = "w13",
@@ -111,8 +110,7 @@ static int32_t check_activations(const sm70ops_context *ctx, const sm70ops_nvfp4
     return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "topk_ids has 0 columns");
   if (rows * topk > INT32_MAX) {
     return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE,
-                        "T x top-k = %lld routed rows exceed "
-                        "32-bit indexing",
+                        "T x top-k = %lld routed rows exceed 32-bit indexing",
                         (long long)(rows * topk));
   }
   return 1;
@@ -166,9 +164,7 @@ static int32_t check_weight_bases(const sm70ops_nvfp4_weights *w, sm70_plan *pla
   for (int32_t i = 0; i < 4; ++i) {
     if (sm70_tensor_address(tensors[i]) % kAlign != 0) {
       return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT,
-                          "%s: data + byte_offset is not "
-                          "%d-byte aligned",
-                          kNames[i], kAlign);
+                          "%s: data + byte_offset is not %d-byte aligned", kNames[i], kAlign);
     }
   }
   return 1;
@@ -200,15 +196,8 @@ static void plan_nvfp4_moe(const sm70ops_context *ctx, const void *args, int32_t
       !check_prepared_size(a->prepared, &dims, plan)) {
     return;
   }
-  if (shape->launch == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
-                 "nvfp4_moe: the SM70 kernel is not in this "
-                 "build");
-    return;
-  }
   plan->route = shape->route;
   plan->launch = shape->launch;
-  plan->shape = shape;
   plan->work_items = a->topk_ids->shape[0];
   plan->smem_bytes = sm70_nvfp4_moe_smem_bytes();
   plan->workspace_bytes =
@@ -238,15 +227,8 @@ static void plan_prepare(const sm70ops_context *ctx, const void *args, int32_t n
       !check_prepared_size(a->prepared, &dims, plan)) {
     return;
   }
-  if (shape->prepare == NULL) {
-    sm70_decline(plan, SM70OPS_REASON_NOT_IMPLEMENTED,
-                 "nvfp4_moe_prepare: the repack is not in "
-                 "this build");
-    return;
-  }
   plan->route = SM70OPS_ROUTE_NVFP4_MOE_PREPARE;
   plan->launch = shape->prepare;
-  plan->shape = shape;
   plan->work_items = dims.experts;
   plan->output_bytes = prepared_bytes(&dims);
 }
@@ -308,17 +290,13 @@ static sm70ops_status launch_prepare(const sm70_plan *plan, const void *args, vo
 const sm70_op sm70_op_nvfp4_moe = {
     .id = SM70OPS_OP_NVFP4_MOE,
     .name = "nvfp4_moe",
-    .args_size = sizeof(sm70ops_nvfp4_moe_args),
-    .disabled_field = offsetof(sm70_settings, nvfp4_moe_disabled),
-    .disabled_by = "SM70OPS_DISABLE_NVFP4_MOE",
+    .args_sizes = {sizeof(sm70ops_nvfp4_moe_args), sizeof(sm70ops_nvfp4_moe_args)},
     .plan = plan_nvfp4_moe,
 };
 
 const sm70_op sm70_op_nvfp4_moe_prepare = {
     .id = SM70OPS_OP_NVFP4_MOE_PREPARE,
     .name = "nvfp4_moe_prepare",
-    .args_size = sizeof(sm70ops_nvfp4_moe_prepare_args),
-    .disabled_field = offsetof(sm70_settings, nvfp4_moe_disabled),
-    .disabled_by = "SM70OPS_DISABLE_NVFP4_MOE",
+    .args_sizes = {sizeof(sm70ops_nvfp4_moe_prepare_args), sizeof(sm70ops_nvfp4_moe_prepare_args)},
     .plan = plan_prepare,
 };

@@ -23,9 +23,7 @@ struct sm70_plan {
   uint64_t workspace_bytes;
   uint64_t output_bytes;
   sm70_launch_fn launch; /* set on accept */
-  const void *shape;     /* the op's table entry that matched, for launch */
   int64_t work_items;    /* 0: valid but empty (no rows): execute launches nothing */
-  int32_t chunk_rows;    /* rows per pass, for ops whose workspace bounds a pass (qsa_index) */
   uint32_t smem_bytes;   /* the most shared memory one of the route's blocks uses in this call */
   void *checked;         /* checked mode's device error record, or NULL (set by execute) */
   char message[SM70OPS_MESSAGE_BYTES];
@@ -33,10 +31,10 @@ struct sm70_plan {
 
 typedef struct sm70_op {
   sm70ops_op id;
-  const char *name;        /* "qsa_index": CLI, logs and messages */
-  uint32_t args_size;      /* sizeof the op's ABI 1.0 argument struct */
-  size_t disabled_field;   /* offsetof the sm70_settings flag that switches the op off */
-  const char *disabled_by; /* the variables that set that flag, for the decline message */
+  const char *name; /* "qsa_index": CLI, logs and messages */
+  /* The argument struct's size in each ABI minor, 1.0 first: a host's struct has one of them, and
+   * plan() and launch see it copied into a whole current struct, zero past the host's size. */
+  uint32_t args_sizes[SM70OPS_ABI_MINOR + 1];
   /* Fills `plan`; `need_data` (execute) also requires data pointers. Pure: no CUDA call. */
   void (*plan)(const sm70ops_context *ctx, const void *args, int32_t need_data, sm70_plan *plan);
 } sm70_op;

@@ -1,5 +1,5 @@
 /* Argument checks and launch results shared by several ops. */
-#include "kernels/common/cuda_device.h"
+#include "plugin/cuda_device.h"
 #include "plugin/op.h"
 #include "plugin/status.h"
 

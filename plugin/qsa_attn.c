@@ -2,42 +2,64 @@
 #include "kernels/qsa_attn/qsa_attn.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include "plugin/op.h"
+#include "plugin/status.h"
 
-/* What the fast path runs. The capability check and the dispatch both read this one table. */
+/* What the fast path runs. The capability check and the dispatch both read this one table: an
+ * entry per head dim, whose kernel is the one launched. */
 typedef struct qsa_attn_shape {
-  int32_t head_dim;
-  int32_t page_size;
+  const sm70_qsa_attn_kernel *kernel; /* head dim D, shared memory per block, launch */
+  int32_t min_page; /* page sizes P: the powers of two from min_page to max_page tokens */
+  int32_t max_page;
   int32_t max_group;   /* Hq / Hkv: query heads sharing one KV head, packed into one MMA tile */
   int32_t max_seq_len; /* longest context: the union of a tile's pages is a bitmap on chip */
   sm70ops_route route;
-  sm70_launch_fn launch; /* NULL: the kernel is not in this build */
+  sm70_launch_fn launch;
 } qsa_attn_shape;
 
 static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
                                       void *workspace);
 
 static const qsa_attn_shape kShapes[] = {
-    {.head_dim = 256,
-     .page_size = SM70_QSA_ATTN_PAGE,
+    {.kernel = &sm70_qsa_attn_d256,
+     .min_page = SM70_QSA_ATTN_MIN_PAGE,
+     .max_page = SM70_QSA_ATTN_MAX_PAGE,
      .max_group = SM70_QSA_ATTN_MAX_GROUP,
      .max_seq_len = SM70_QSA_ATTN_MAX_SEQ_LEN,
      .route = SM70OPS_ROUTE_QSA_ATTN_WMMA,
      .launch = launch_qsa_attn},
-    {.head_dim = 128,
-     .page_size = SM70_QSA_ATTN_PAGE,
+    {.kernel = &sm70_qsa_attn_d128,
+     .min_page = SM70_QSA_ATTN_MIN_PAGE,
+     .max_page = SM70_QSA_ATTN_MAX_PAGE,
      .max_group = SM70_QSA_ATTN_MAX_GROUP,
      .max_seq_len = SM70_QSA_ATTN_MAX_SEQ_LEN,
      .route = SM70OPS_ROUTE_QSA_ATTN_WMMA,
      .launch = launch_qsa_attn},
 };
+enum { kNumShapes = sizeof(kShapes) / sizeof(kShapes[0]) };
 
-static int32_t check_selection(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
-                               int32_t need_data, int64_t rows, sm70_plan *plan) {
+/* The table's entry for the call's head dim, or NULL. */
+static const qsa_attn_shape *find_shape(const sm70ops_qsa_attn_args *a) {
+  for (int32_t i = 0; i < kNumShapes; ++i) {
+    if (a->q->shape[2] == kShapes[i].kernel->head_dim) return &kShapes[i];
+  }
+  return NULL;
+}
+
+static int64_t page_size(const sm70ops_qsa_attn_args *a) { return a->k_cache->shape[1]; }
+
+static int64_t group_size(const sm70ops_qsa_attn_args *a) {
+  return a->q->shape[1] / a->k_cache->shape[2];
+}
+
+/* The selection, the outputs and the optional gate: [T, ...] like q. */
+static int32_t check_rows(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
+                          int32_t need_data, int64_t rows, sm70_plan *plan) {
   const DLTensor *blocks = a->sel_blocks;
   int64_t nb = blocks != NULL && blocks->ndim == 2 && blocks->shape != NULL ? blocks->shape[1] : 0;
-  int64_t heads = a->q->shape[1];
+  int64_t heads = a->q->shape[1], dim = a->q->shape[2];
   const sm70_tensor_spec specs[] = {
       {.name = "sel_blocks", .dtype = SM70_I32, .rank = 2, .shape = {rows, SM70_ANY}},
       {.name = "sel_mask", .dtype = SM70_U64, .rank = 2, .shape = {rows, nb}},
@@ -47,11 +69,18 @@ static int32_t check_selection(const sm70ops_context *ctx, const sm70ops_qsa_att
        .rank = 3,
        .vector_rows = 1,
        .model_dtype = 1,
-       .shape = {rows, heads, a->q->shape[2]}},
+       .shape = {rows, heads, dim}},
       {.name = "lse", .dtype = SM70_F32, .rank = 2, .optional = 1, .shape = {rows, heads}},
+      {.name = "gate",
+       .dtype = SM70_F16,
+       .rank = 3,
+       .optional = 1,
+       .vector_rows = 1,
+       .model_dtype = 1,
+       .shape = {rows, heads, dim}},
   };
-  const DLTensor *tensors[] = {a->sel_blocks, a->sel_mask, a->sel_count, a->out, a->lse};
-  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 5, plan)) return 0;
+  const DLTensor *tensors[] = {a->sel_blocks, a->sel_mask, a->sel_count, a->out, a->lse, a->gate};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 6, plan)) return 0;
   if (nb < 1)
     return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "sel_blocks has no columns");
   return 1;
@@ -91,31 +120,53 @@ static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_attn_a
   const sm70_varlen varlen = {a->query_start_loc, a->seq_lens, a->block_table, a->max_seq_len,
                               a->max_query_len};
   int64_t rows = a->q->shape[0];
-  return sm70_check_varlen(ctx, need_data, &varlen, rows, (int32_t)k[1], plan) &&
-         check_selection(ctx, a, need_data, rows, plan);
+  return sm70_check_varlen(ctx, need_data, &varlen, rows, (int32_t)page_size(a), plan) &&
+         check_rows(ctx, a, need_data, rows, plan);
 }
 
 enum { kMaxKvHeads = 65535 }; /* one grid row per KV head: CUDA's grid y limit */
 
-static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_plan *plan) {
-  int64_t dim = a->q->shape[2];
-  int64_t page_size = a->k_cache->shape[1];
-  int64_t group = a->q->shape[1] / a->k_cache->shape[2];
-  for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
-    const qsa_attn_shape *s = &kShapes[i];
-    if (dim != s->head_dim || page_size != s->page_size || group > s->max_group) continue;
-    if (a->k_cache->shape[2] > kMaxKvHeads) {
-      sm70_decline(plan, SM70OPS_REASON_TOO_LARGE, "%lld KV heads: a launch holds at most %d",
-                   (long long)a->k_cache->shape[2], kMaxKvHeads);
-      return NULL;
-    }
-    return sm70_check_fast_path_seq_len(a->max_seq_len, s->max_seq_len, plan) ? s : NULL;
+static int32_t is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/* The head dims the table runs, for messages: "256 or 128". */
+static void describe_head_dims(char *out, size_t bytes) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int32_t i = 0; i < kNumShapes && used < bytes; ++i) {
+    used += (size_t)snprintf(out + used, bytes - used, "%s%d", i == 0 ? "" : " or ",
+                             kShapes[i].kernel->head_dim);
   }
-  sm70_decline(plan, SM70OPS_REASON_UNSUPPORTED_SHAPE,
-               "head dim %lld, %lld-token pages, %lld query heads per KV head: the fast path runs "
-               "head dim 128 or 256, 64-token pages, up to 16 query heads per KV head",
-               (long long)dim, (long long)page_size, (long long)group);
-  return NULL;
+}
+
+static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_plan *plan) {
+  const sm70ops_reason unsupported = SM70OPS_REASON_UNSUPPORTED_SHAPE;
+  const qsa_attn_shape *s = find_shape(a);
+  if (s == NULL) {
+    char dims[32];
+    describe_head_dims(dims, sizeof(dims));
+    sm70_decline(plan, unsupported, "head dim %lld: the fast path runs head dim %s",
+                 (long long)a->q->shape[2], dims);
+    return NULL;
+  }
+  const int64_t p = page_size(a), group = group_size(a);
+  if (!is_power_of_two(p) || p < s->min_page || p > s->max_page) {
+    sm70_decline(plan, unsupported,
+                 "%lld-token pages: the fast path runs pages of %d to %d tokens "
+                 "(powers of two)",
+                 (long long)p, s->min_page, s->max_page);
+    return NULL;
+  }
+  if (group > s->max_group) {
+    sm70_decline(plan, unsupported, "%lld query heads per KV head: the fast path runs up to %d",
+                 (long long)group, s->max_group);
+    return NULL;
+  }
+  if (a->k_cache->shape[2] > kMaxKvHeads) {
+    sm70_decline(plan, SM70OPS_REASON_TOO_LARGE, "%lld KV heads: a launch holds at most %d",
+                 (long long)a->k_cache->shape[2], kMaxKvHeads);
+    return NULL;
+  }
+  return sm70_check_fast_path_seq_len(a->max_seq_len, s->max_seq_len, plan) ? s : NULL;
 }
 
 static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t need_data,
@@ -126,25 +177,32 @@ static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t 
   if (shape == NULL) return;
   plan->route = shape->route;
   plan->launch = shape->launch;
-  plan->shape = shape;
   plan->work_items = a->q->shape[0];
-  plan->smem_bytes =
-      sm70_qsa_attn_smem_bytes(shape->head_dim, (int32_t)(a->q->shape[1] / a->k_cache->shape[2]));
+  const int32_t group = (int32_t)group_size(a);
+  plan->smem_bytes = shape->kernel->smem_bytes(group);
+  snprintf(plan->message, sizeof(plan->message), "%d-row tiles x %d query heads",
+           shape->kernel->tile_rows(group), group);
 }
 
 const sm70_op sm70_op_qsa_attn = {
     .id = SM70OPS_OP_QSA_ATTN,
     .name = "qsa_attn",
-    .args_size = sizeof(sm70ops_qsa_attn_args),
-    .disabled_field = offsetof(sm70_settings, qsa_attn_disabled),
-    .disabled_by = "SM70OPS_DISABLE_QSA_ATTN",
+    .args_sizes = {SM70OPS_QSA_ATTN_ARGS_SIZE_1_0, sizeof(sm70ops_qsa_attn_args)},
     .plan = plan_qsa_attn,
 };
+
+static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }
+static int64_t head_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[1]; }
 
 static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
                                       void *workspace) {
   (void)workspace;
   const sm70ops_qsa_attn_args *a = args;
+  const qsa_attn_shape *shape = find_shape(a);
+  if (shape == NULL) { /* plan() accepted this head dim: the table cannot have lost it */
+    return sm70_fail(SM70OPS_ERR_INTERNAL, "qsa_attn: no kernel for head dim %lld",
+                     (long long)a->q->shape[2]);
+  }
   const DLTensor *k = a->k_cache, *v = a->v_cache;
   sm70_qsa_attn_params p = {
       .q = sm70_tensor_data(a->q),
@@ -167,22 +225,25 @@ static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, v
       .sel_mask = sm70_tensor_data(a->sel_mask),
       .sel_mask_stride = a->sel_mask->strides[0],
       .sel_count = sm70_tensor_data(a->sel_count),
+      .gate = sm70_tensor_data(a->gate),
+      .gate_row_stride = row_stride(a->gate),
+      .gate_head_stride = head_stride(a->gate),
       .out = sm70_tensor_data(a->out),
       .out_row_stride = a->out->strides[0],
       .out_head_stride = a->out->strides[1],
       .lse = sm70_tensor_data(a->lse),
-      .lse_row_stride = a->lse == NULL ? 0 : a->lse->strides[0],
+      .lse_row_stride = row_stride(a->lse),
       .sm_scale = a->sm_scale,
       .rows = (int32_t)a->q->shape[0],
       .requests = (int32_t)a->seq_lens->shape[0],
       .q_heads = (int32_t)a->q->shape[1],
       .kv_heads = (int32_t)k->shape[2],
-      .head_dim = (int32_t)a->q->shape[2],
+      .page_size = (int32_t)page_size(a),
       .num_pages = (int32_t)k->shape[0],
       .max_pages = (int32_t)a->block_table->shape[1],
       .max_seq_len = a->max_seq_len,
       .sel_width = (int32_t)a->sel_blocks->shape[1],
       .checked = plan->checked,
   };
-  return sm70_launch_result("qsa_attn", sm70_qsa_attn_launch(&p, stream));
+  return sm70_launch_result("qsa_attn", shape->kernel->launch(&p, stream));
 }

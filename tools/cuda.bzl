@@ -1,10 +1,35 @@
 """nvcc for Bazel: compiles .cu files into objects a cc_library links.
 
-Two CUDA configurations, picked with --config (see .bazelrc):
+Three CUDA configurations, picked with --config (see .bazelrc):
   default  CUDA 13 at /usr/local/cuda, SASS for sm_75 and sm_90 (the device machine's H200).
   sm70     Debian's CUDA 11.8, SASS for sm_70 only: the V100 release build. CUDA 13 cannot target
            sm_70, and 11.8 needs clang-14 as host compiler and its own ptxas first on PATH.
+  sim      the sm70 build for the simulated V100 (tools/sim_tests.sh): the same, plus compute_70
+           PTX (what the simulator executes) and without -lineinfo (its PTX parser rejects the
+           .loc directives). The SASS is the sm70 build's.
 """
+
+# The V100 release build's toolchain; the simulator's build is the same with PTX added.
+_SM70 = dict(
+    path = "/usr/lib/nvidia-cuda-toolkit/bin:/usr/bin:/bin",
+    nvcc = "/usr/bin/nvcc",
+    host_compiler = "clang-14",
+    archs = ["70"],
+    # /usr/local/include holds links to CUDA 13's headers and comes before /usr/include in
+    # the default search order; CUDA 11.8's kernel-launch stubs then fail to compile. Spell
+    # out the search path with /usr/local/include left out.
+    host_includes = [
+        "-nostdlibinc",
+        "-isystem/usr/include/c++/12",
+        "-isystem/usr/include/x86_64-linux-gnu/c++/12",
+        "-isystem/usr/include/c++/12/backward",
+        "-isystem/usr/lib/llvm-14/lib/clang/14.0.6/include",
+        "-isystem/usr/include/x86_64-linux-gnu",
+        "-isystem/usr/include",
+    ],
+    ptx = False,  # embed compute_XX PTX beside the SASS
+    lineinfo = True,
+)
 
 _TOOLCHAINS = {
     "default": struct(
@@ -13,25 +38,11 @@ _TOOLCHAINS = {
         host_compiler = "g++",
         archs = ["75", "90"],
         host_includes = [],
+        ptx = False,
+        lineinfo = True,
     ),
-    "sm70": struct(
-        path = "/usr/lib/nvidia-cuda-toolkit/bin:/usr/bin:/bin",
-        nvcc = "/usr/bin/nvcc",
-        host_compiler = "clang-14",
-        archs = ["70"],
-        # /usr/local/include holds links to CUDA 13's headers and comes before /usr/include in
-        # the default search order; CUDA 11.8's kernel-launch stubs then fail to compile. Spell
-        # out the search path with /usr/local/include left out.
-        host_includes = [
-            "-nostdlibinc",
-            "-isystem/usr/include/c++/12",
-            "-isystem/usr/include/x86_64-linux-gnu/c++/12",
-            "-isystem/usr/include/c++/12/backward",
-            "-isystem/usr/lib/llvm-14/lib/clang/14.0.6/include",
-            "-isystem/usr/include/x86_64-linux-gnu",
-            "-isystem/usr/include",
-        ],
-    ),
+    "sm70": struct(**_SM70),
+    "sim": struct(**dict(_SM70, ptx = True, lineinfo = False)),
 }
 
 _FLAGS = [
@@ -46,11 +57,14 @@ _FLAGS = [
 def _cuda_objects_impl(ctx):
     toolchain = _TOOLCHAINS[ctx.attr.toolchain]
     gencode = ["-gencode=arch=compute_{0},code=sm_{0}".format(a) for a in toolchain.archs]
+    if toolchain.ptx:
+        gencode += ["-gencode=arch=compute_{0},code=compute_{0}".format(a) for a in toolchain.archs]
+    flags = [f for f in _FLAGS if toolchain.lineinfo or f != "-lineinfo"]
     objects = []
     for src in ctx.files.srcs:
         obj = ctx.actions.declare_file("_objs/{}/{}.o".format(ctx.label.name, src.path))
         host = ["-Xcompiler=" + flag for flag in toolchain.host_includes]
-        args = _FLAGS + gencode + host + ctx.attr.copts + [
+        args = flags + gencode + host + ctx.attr.copts + [
             "-ccbin",
             toolchain.host_compiler,
             "-c",
@@ -91,7 +105,9 @@ def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None
         srcs = srcs,
         hdrs = hdrs,
         copts = copts,
+        # sim is sm70 with one more flag set: Bazel picks the more specific of the two.
         toolchain = select({
+            "//tools:sim": "sim",
             "//tools:sm70": "sm70",
             "//conditions:default": "default",
         }),
@@ -100,7 +116,7 @@ def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None
         name = name,
         srcs = [":" + name + "_objects"],
         hdrs = hdrs,
-        deps = deps + ["//tools:cudart_static"],
+        deps = deps + ["//tools:cudart"],
         # Kernels are reached through the plugin's tables, not by symbol: keep every object.
         alwayslink = 1,
         visibility = visibility,

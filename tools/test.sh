@@ -3,8 +3,10 @@
 #   default build (CUDA 13, sm_75 + sm_90): every Bazel test (conformance, host loader, CLI,
 #     CPU references, shared helpers, plugin internals; GPU tests skip)
 #   V100 build (--config=sm70, CUDA 11.8): the same, plus the SASS audit of the sm_70 binary
-#   then the Python binding's pytest suite, the ASan + UBSan run, the fuzzers and the format check
-# Tests that need a GPU skip with a printed reason here. Ends with "N passed, N failed, N skipped".
+#   then the Python binding's pytest suite, the ASan + UBSan run, the fuzzers, the GPU tests'
+#   simulator cases on a simulated V100 (tools/sim_tests.sh) and the format check
+# Tests that need a real GPU skip with a printed reason here. Ends with "N passed, N failed,
+# N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +31,7 @@ run_config() { # LABEL BAZEL_FLAGS...   (TARGETS="..." run_config ...: other tar
   rm -f "$stamp"
 }
 
-run_config default --test_tag_filters=-sm70_only
+run_config default
 run_config sm70 --config=sm70
 
 # --- Python host integration (integration/python): pytest against the default build's plugin.
@@ -81,6 +83,19 @@ run_fuzzers() {
 }
 run_fuzzers
 # --- end of the sanitizers and fuzzing step.
+
+# --- GPU tests on a simulated V100 (tools/sim_tests.sh): its last line, "sim: N passed, N failed,
+# N skipped", joins the total; a run that ends without it counts as a failure.
+run_sim() {
+  local log=/tmp/sm70ops-test-sim.log
+  bash tools/sim_tests.sh 2>&1 | tee "$log"
+  local counts; counts=$(tail -n 1 "$log" | grep -oE '[0-9]+ (passed|failed|skipped)' | cut -d' ' -f1 | paste -sd' ')
+  [ -z "$counts" ] && { echo "sim: no result: see $log"; counts="0 1 0"; }
+  read -r p f s <<<"$counts"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+run_sim
+# --- end of the simulated V100 step.
 
 if python3 tools/format_check.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 

@@ -5,6 +5,12 @@
 #include <stdint.h>
 
 #include "integration/cli/cli.h"
+#include "integration/cli/model_shapes.h"
+
+/* What `sm70ops bench` was asked for. */
+typedef struct bench_options {
+  const model_shape *model; /* &kModelQwen38FlashNext, or &kModelV1 (--shapes v1) */
+} bench_options;
 
 /* Peak rates a floor is computed from: FLOPs at the tensor-core rate, bytes at copy bandwidth. */
 typedef struct bench_ceiling {
@@ -58,8 +64,8 @@ void bench_print_header(void);
 void bench_print_row(const char *label, const char *work, double ms, bench_work w,
                      const bench_ceiling *device);
 
-int bench_qsa_index(const sm70ops_host *h, const bench_ceiling *device);
+int bench_qsa_index(const sm70ops_host *h, const bench_ceiling *device, const bench_options *o);
 int bench_qsa_attn(const sm70ops_host *h, const bench_ceiling *device);
-int bench_nvfp4_moe(const sm70ops_host *h, const bench_ceiling *device);
+int bench_nvfp4_moe(const sm70ops_host *h, const bench_ceiling *device, const bench_options *o);
 
 #endif /* SM70OPS_INTEGRATION_CLI_BENCH_H_ */

@@ -1,11 +1,12 @@
-/* sm70ops bench nvfp4_moe: the model's routed experts (E = 512, top-10, H = 2048) at I = 128 (a
- * TP4 rank) and I = 512 (TP1), T = 512 .. 32768 tokens, uniform random routing; the checkpoint and
- * the prepared layouts. Next to them, in the same run, an FP16 grouped GEMM through cuBLAS on
- * pre-dequantized weights with the same grouping: cuBLAS has no grouped GEMM
- * (cublasGemmStridedBatched needs equal sizes), so it is one cublasGemmEx per expert and GEMM,
- * captured in a CUDA graph to take the launch overhead out. It times the two GEMMs alone (rows
- * already gathered; no SiLU, router weight or combine), a lower bound of a cuBLAS MoE.
- * cuBLAS is opened with dlopen: without it the comparison is skipped, not the bench. */
+/* sm70ops bench nvfp4_moe: the model's routed experts (E 512, top-10, H 2560) at a TP4 rank
+ * (I 160) and at TP1 (I 640), or with --shapes v1 version 1's (H 2048, I 128 and 512), T = 512 ..
+ * 32768 tokens, uniform random routing; the checkpoint and the prepared layouts. Next to them,
+ * in the same run, an FP16 grouped GEMM through cuBLAS on pre-dequantized weights with the same
+ * grouping: cuBLAS has no grouped GEMM (cublasGemmStridedBatched needs equal sizes), so it is
+ * one cublasGemmEx per expert and GEMM, captured in a CUDA graph to take the launch overhead
+ * out. It times the two GEMMs alone (rows already gathered; no SiLU, router weight or combine),
+ * a lower bound of a cuBLAS MoE. cuBLAS is opened with dlopen: without it the comparison is
+ * skipped, not the bench. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -14,10 +15,14 @@
 
 #include "integration/cli/bench.h"
 
-enum { kExperts = 512, kTopk = 10, kHidden = 2048, kMaxTokens = 32768 };
-enum { kMaxPairs = kMaxTokens * kTopk };
-static const int32_t kInters[] = {128, 512};
+enum { kMaxTokens = 32768, kPage = 64 };
+static const int32_t kTpSizes[] = {4, 1};
 static const int32_t kTokenCounts[] = {512, 2048, 8192, 32768};
+
+/* The routed experts of one rank. */
+typedef struct moe_shape {
+  int32_t experts, topk, hidden, inter;
+} moe_shape;
 
 static const DLDataType kF16 = {kDLFloat, 16, 1}, kF32 = {kDLFloat, 32, 1};
 static const DLDataType kI32 = {kDLInt, 32, 1}, kU8 = {kDLUInt, 8, 1};
@@ -26,7 +31,7 @@ static const DLDataType kI32 = {kDLInt, 32, 1}, kU8 = {kDLUInt, 8, 1};
 typedef struct moe_buffers {
   void *x, *ids, *weights, *out, *workspace;
   uint64_t workspace_bytes;
-  int32_t *host_ids; /* [kMaxTokens, kTopk] */
+  int32_t *host_ids; /* [kMaxTokens, top-k] */
   void *w13, *w13_scale, *w13_scale_2, *w2, *w2_scale, *w2_scale_2, *prepared;
 } moe_buffers;
 
@@ -37,10 +42,10 @@ typedef struct moe_call {
   sm70ops_nvfp4_moe_prepare_args prepare;
 } moe_call;
 
-/* Both ops' arguments for T tokens at intermediate size I; `prepared_bytes` 0: no prepared. */
-static void describe(moe_call *c, const moe_buffers *b, int tokens, int inter,
+/* Both ops' arguments for T tokens; `prepared_bytes` 0: no prepared. */
+static void describe(moe_call *c, const moe_shape *s, const moe_buffers *b, int tokens,
                      uint64_t prepared_bytes) {
-  const int64_t e = kExperts, h = kHidden, i = inter, t = tokens;
+  const int64_t e = s->experts, h = s->hidden, i = s->inter, t = tokens, k = s->topk;
   memset(c, 0, sizeof(*c));
   c->w = (sm70ops_nvfp4_weights){
       .struct_size = sizeof(c->w),
@@ -58,8 +63,8 @@ static void describe(moe_call *c, const moe_buffers *b, int tokens, int inter,
       .struct_size = sizeof(c->args),
       .prepared = prepared,
       .x = bench_view(&c->views, 6, b->x, kF16, 2, (int64_t[]){t, h}),
-      .topk_ids = bench_view(&c->views, 7, b->ids, kI32, 2, (int64_t[]){t, kTopk}),
-      .topk_weights = bench_view(&c->views, 8, b->weights, kF32, 2, (int64_t[]){t, kTopk}),
+      .topk_ids = bench_view(&c->views, 7, b->ids, kI32, 2, (int64_t[]){t, k}),
+      .topk_weights = bench_view(&c->views, 8, b->weights, kF32, 2, (int64_t[]){t, k}),
       .weights = &c->w,
       .out = bench_view(&c->views, 9, b->out, kF16, 2, (int64_t[]){t, h}),
   };
@@ -74,23 +79,24 @@ static uint32_t next_random(uint32_t *state) {
   return *state;
 }
 
-/* Uniform random routing: kTopk distinct experts per token, equal router weights. */
-static int fill_routing(moe_buffers *b) {
-  const uint64_t n = (uint64_t)kMaxTokens * kTopk;
+/* Uniform random routing: top-k distinct experts per token, equal router weights. */
+static int fill_routing(moe_buffers *b, const moe_shape *s) {
+  const int k = s->topk;
+  const uint64_t n = (uint64_t)kMaxTokens * k;
   float *w = malloc(n * sizeof(float));
   int ok = w != NULL;
   uint32_t state = 17;
   for (uint64_t t = 0; ok && t < kMaxTokens; ++t) {
-    for (int j = 0; j < kTopk; ++j) {
+    for (int j = 0; j < k; ++j) {
       int32_t e;
       int fresh;
       do {
-        e = (int32_t)(next_random(&state) % kExperts);
+        e = (int32_t)(next_random(&state) % s->experts);
         fresh = 1;
-        for (int i = 0; i < j; ++i) fresh &= b->host_ids[t * kTopk + i] != e;
+        for (int i = 0; i < j; ++i) fresh &= b->host_ids[t * k + i] != e;
       } while (!fresh);
-      b->host_ids[t * kTopk + j] = e;
-      w[t * kTopk + j] = 1.0f / kTopk;
+      b->host_ids[t * k + j] = e;
+      w[t * k + j] = 1.0f / k;
     }
   }
   ok = ok && bench_upload(b->ids, b->host_ids, n * 4) && bench_upload(b->weights, w, n * 4);
@@ -98,17 +104,18 @@ static int fill_routing(moe_buffers *b) {
   return ok;
 }
 
-static int alloc_activations(moe_buffers *b) {
-  const uint64_t x_bytes = (uint64_t)kMaxTokens * kHidden * 2;
-  b->host_ids = malloc((uint64_t)kMaxPairs * sizeof(int32_t));
+/* x, out and the routing of kMaxTokens tokens (the same for every I of one run). */
+static int alloc_activations(moe_buffers *b, const moe_shape *s) {
+  const uint64_t x_bytes = (uint64_t)kMaxTokens * s->hidden * 2;
+  const uint64_t pairs = (uint64_t)kMaxTokens * s->topk;
+  b->host_ids = malloc(pairs * sizeof(int32_t));
   uint16_t *x = malloc(x_bytes);
   int ok = b->host_ids != NULL && x != NULL && (b->x = bench_alloc(x_bytes)) != NULL &&
-           (b->out = bench_alloc(x_bytes)) != NULL &&
-           (b->ids = bench_alloc((uint64_t)kMaxPairs * 4)) != NULL &&
-           (b->weights = bench_alloc((uint64_t)kMaxPairs * 4)) != NULL;
+           (b->out = bench_alloc(x_bytes)) != NULL && (b->ids = bench_alloc(pairs * 4)) != NULL &&
+           (b->weights = bench_alloc(pairs * 4)) != NULL;
   if (ok) {
-    bench_random_halves(x, (uint64_t)kMaxTokens * kHidden, 31);
-    ok = bench_upload(b->x, x, x_bytes) && fill_routing(b);
+    bench_random_halves(x, (uint64_t)kMaxTokens * s->hidden, 31);
+    ok = bench_upload(b->x, x, x_bytes) && fill_routing(b, s);
   }
   free(x);
   return ok;
@@ -138,12 +145,12 @@ static int fill_scale_2(void *dst, uint64_t n, float value) {
   return ok;
 }
 
-static uint64_t weight_bytes(int inter) {
-  return (uint64_t)kExperts * 3 * inter * kHidden * 9 / 16; /* payload + e4m3 scales */
+static uint64_t weight_bytes(const moe_shape *s) {
+  return (uint64_t)s->experts * 3 * s->inter * s->hidden * 9 / 16; /* payload + e4m3 scales */
 }
 
-static int alloc_weights(moe_buffers *b, int inter) {
-  const uint64_t e = kExperts, h = kHidden, i = inter;
+static int alloc_weights(moe_buffers *b, const moe_shape *s) {
+  const uint64_t e = s->experts, h = s->hidden, i = s->inter;
   return (b->w13 = bench_alloc(e * 2 * i * h / 2)) != NULL &&
          (b->w13_scale = bench_alloc(e * 2 * i * h / 16)) != NULL &&
          (b->w13_scale_2 = bench_alloc(e * 2 * 4)) != NULL &&
@@ -219,8 +226,8 @@ typedef struct fp16_buffers {
   void *w13, *w2, *a, *c, *y;
 } fp16_buffers;
 
-static int alloc_fp16(fp16_buffers *f, int inter) {
-  const uint64_t e = kExperts, h = kHidden, i = inter, p = kMaxPairs;
+static int alloc_fp16(fp16_buffers *f, const moe_shape *s) {
+  const uint64_t e = s->experts, h = s->hidden, i = s->inter, p = (uint64_t)kMaxTokens * s->topk;
   void **slots[] = {&f->w13, &f->w2, &f->a, &f->c, &f->y};
   const uint64_t sizes[] = {e * 2 * i * h * 2, e * h * i * 2, p * h * 2, p * 2 * i * 2, p * h * 2};
   memset(f, 0, sizeof(*f));
@@ -238,11 +245,11 @@ static void free_fp16(fp16_buffers *f) {
 
 /* Enqueues both GEMMs of every expert with rows. Column-major view: C^T = W13_e^T A_e^T. */
 static int enqueue_grouped(const cublas_lib *c, const fp16_buffers *f, const int32_t *counts,
-                           int inter) {
+                           const moe_shape *s) {
   const float one = 1.0f, zero = 0.0f;
-  const int h = kHidden, i2 = 2 * inter;
+  const int h = s->hidden, inter = s->inter, i2 = 2 * inter;
   int64_t row = 0;
-  for (int e = 0; e < kExperts; ++e) {
+  for (int e = 0; e < s->experts; ++e) {
     const int m = counts[e];
     if (m == 0) continue;
     const uint16_t *w13 = (const uint16_t *)f->w13 + (int64_t)e * i2 * h;
@@ -269,7 +276,7 @@ static int compare_floats(const void *a, const void *b) {
 
 /* Median milliseconds of the per-expert loop, replayed as one CUDA graph; < 0 on failure. */
 static double time_cublas(const cublas_lib *c, const fp16_buffers *f, const int32_t *counts,
-                          int inter) {
+                          const moe_shape *s) {
   enum { kWarmup = 2, kReps = 9 };
   cudaStream_t stream;
   cudaGraph_t graph = NULL;
@@ -281,7 +288,7 @@ static double time_cublas(const cublas_lib *c, const fp16_buffers *f, const int3
   cudaEventCreate(&stop);
   c->set_stream(c->handle, stream);
   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  const int enqueued = enqueue_grouped(c, f, counts, inter);
+  const int enqueued = enqueue_grouped(c, f, counts, s);
   if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && enqueued &&
       cudaGraphInstantiateWithFlags(&exec, graph, 0) == cudaSuccess) {
     float samples[kReps];
@@ -312,20 +319,20 @@ static double time_cublas(const cublas_lib *c, const fp16_buffers *f, const int3
 /* ---- The sweep */
 
 /* Rows per expert of the first `tokens` tokens, and how many experts have any. */
-static int count_rows(const moe_buffers *b, int tokens, int32_t *counts) {
-  memset(counts, 0, kExperts * sizeof(int32_t));
-  for (int64_t p = 0; p < (int64_t)tokens * kTopk; ++p) counts[b->host_ids[p]]++;
+static int count_rows(const moe_buffers *b, const moe_shape *s, int tokens, int32_t *counts) {
+  memset(counts, 0, s->experts * sizeof(int32_t));
+  for (int64_t p = 0; p < (int64_t)tokens * s->topk; ++p) counts[b->host_ids[p]]++;
   int used = 0;
-  for (int e = 0; e < kExperts; ++e) used += counts[e] > 0;
+  for (int e = 0; e < s->experts; ++e) used += counts[e] > 0;
   return used;
 }
 
 /* FLOPs of both GEMMs; bytes an ideal fused op moves: the routed experts' NVFP4 weights, x, out,
  * ids and router weights (the workspace round trips are the implementation's, not the floor's). */
-static bench_work moe_work(int tokens, int inter, int experts_used) {
-  const double pairs = (double)tokens * kTopk;
-  bench_work w = {.flops = 6.0 * pairs * kHidden * inter};
-  w.bytes = (double)weight_bytes(inter) * experts_used / kExperts + (double)tokens * kHidden * 4 +
+static bench_work moe_work(const moe_shape *s, int tokens, int experts_used) {
+  const double pairs = (double)tokens * s->topk;
+  bench_work w = {.flops = 6.0 * pairs * s->hidden * s->inter};
+  w.bytes = (double)weight_bytes(s) * experts_used / s->experts + (double)tokens * s->hidden * 4 +
             pairs * 8;
   return w;
 }
@@ -348,16 +355,16 @@ static double time_moe(const sm70ops_host *h, moe_buffers *b, moe_call *call) {
 }
 
 /* Runs op 4 once into a fresh buffer; returns its bytes, 0 on failure. */
-static uint64_t prepare(const sm70ops_host *h, moe_buffers *b, int inter) {
+static uint64_t prepare(const sm70ops_host *h, const moe_shape *s, moe_buffers *b) {
   moe_call call;
-  describe(&call, b, 1, inter, 0);
+  describe(&call, s, b, 1, 0);
   sm70ops_decision d = {.struct_size = sizeof(d)};
   sm70ops_host_decide(h, SM70OPS_OP_NVFP4_MOE_PREPARE, &call.prepare, &d);
   if (!d.accepted || (b->prepared = bench_alloc(d.output_bytes)) == NULL) {
     printf("  prepare declined or out of memory: %s\n", d.message);
     return 0;
   }
-  describe(&call, b, 1, inter, d.output_bytes);
+  describe(&call, s, b, 1, d.output_bytes);
   double ms = bench_time_execute(h, SM70OPS_OP_NVFP4_MOE_PREPARE, &call.prepare, NULL, 0, 0, 1);
   printf("  prepare (one-time repack): %.3f ms, %.1f MB\n", ms, d.output_bytes / 1e6);
   return ms < 0 ? 0 : d.output_bytes;
@@ -368,32 +375,34 @@ static void print_header(void) {
          "floor ms", "floor%", "V100 floor ms");
 }
 
-static void sweep(const sm70ops_host *h, moe_buffers *b, const cublas_lib *cublas,
-                  const fp16_buffers *fp16, int inter, uint64_t prepared_bytes,
+static void sweep(const sm70ops_host *h, const moe_shape *s, moe_buffers *b,
+                  const cublas_lib *cublas, const fp16_buffers *fp16, uint64_t prepared_bytes,
                   const bench_ceiling *device) {
-  static int32_t counts[kExperts];
+  int32_t *counts = malloc(s->experts * sizeof(int32_t));
+  if (counts == NULL) return;
   print_header();
   for (size_t i = 0; i < sizeof(kTokenCounts) / sizeof(kTokenCounts[0]); ++i) {
     const int tokens = kTokenCounts[i];
-    const int used = count_rows(b, tokens, counts);
-    const bench_work work = moe_work(tokens, inter, used);
+    const int used = count_rows(b, s, tokens, counts);
+    const bench_work work = moe_work(s, tokens, used);
     char what[32];
     snprintf(what, sizeof(what), "%d / %.0f MB", tokens,
-             (double)weight_bytes(inter) * used / kExperts / 1e6);
+             (double)weight_bytes(s) * used / s->experts / 1e6);
     moe_call call;
-    describe(&call, b, tokens, inter, 0);
+    describe(&call, s, b, tokens, 0);
     double ms = time_moe(h, b, &call);
     if (ms >= 0) bench_print_row("checkpoint", what, ms, work, device);
     if (prepared_bytes) {
-      describe(&call, b, tokens, inter, prepared_bytes);
+      describe(&call, s, b, tokens, prepared_bytes);
       ms = time_moe(h, b, &call);
       if (ms >= 0) bench_print_row("prepared", what, ms, work, device);
     }
     if (cublas != NULL) {
-      ms = time_cublas(cublas, fp16, counts, inter);
+      ms = time_cublas(cublas, fp16, counts, s);
       if (ms >= 0) bench_print_row("cuBLAS fp16 GEMMs", what, ms, work, device);
     }
   }
+  free(counts);
 }
 
 static void free_buffers(moe_buffers *b) {
@@ -403,24 +412,32 @@ static void free_buffers(moe_buffers *b) {
   free(b->host_ids);
 }
 
-int bench_nvfp4_moe(const sm70ops_host *h, const bench_ceiling *device) {
+/* The routed experts of `o->model` on one rank of `tp`. */
+static moe_shape rank_shape(const bench_options *o, int32_t tp) {
+  const model_shape m = model_shape_for(o->model, tp, kPage);
+  return (moe_shape){
+      .experts = m.experts, .topk = m.expert_topk, .hidden = m.hidden, .inter = m.expert_inter};
+}
+
+int bench_nvfp4_moe(const sm70ops_host *h, const bench_ceiling *device, const bench_options *o) {
   moe_buffers b;
   memset(&b, 0, sizeof(b));
   cublas_lib cublas;
-  int ok = alloc_activations(&b);
+  const moe_shape first = rank_shape(o, kTpSizes[0]);
+  int ok = alloc_activations(&b, &first);
   const int have_cublas = ok && cublas_open(&cublas);
-  for (size_t i = 0; ok && i < sizeof(kInters) / sizeof(kInters[0]); ++i) {
-    const int inter = kInters[i];
+  for (size_t i = 0; ok && i < sizeof(kTpSizes) / sizeof(kTpSizes[0]); ++i) {
+    const moe_shape s = rank_shape(o, kTpSizes[i]);
     printf(
-        "nvfp4_moe: E %d, top-%d, H %d, I %d, uniform routing; floor: NVFP4 weights read once, "
-        "x, out\n",
-        kExperts, kTopk, kHidden, inter);
-    ok = alloc_weights(&b, inter);
-    const uint64_t prepared_bytes = ok ? prepare(h, &b, inter) : 0;
+        "nvfp4_moe: %s, TP%d: E %d, top-%d, H %d, I %d, uniform routing; floor: NVFP4 weights "
+        "read once, x, out\n",
+        o->model->name, kTpSizes[i], s.experts, s.topk, s.hidden, s.inter);
+    ok = alloc_weights(&b, &s);
+    const uint64_t prepared_bytes = ok ? prepare(h, &s, &b) : 0;
     fp16_buffers fp16;
     memset(&fp16, 0, sizeof(fp16));
-    const int fp16_ok = ok && have_cublas && alloc_fp16(&fp16, inter);
-    if (ok) sweep(h, &b, fp16_ok ? &cublas : NULL, &fp16, inter, prepared_bytes, device);
+    const int fp16_ok = ok && have_cublas && alloc_fp16(&fp16, &s);
+    if (ok) sweep(h, &s, &b, fp16_ok ? &cublas : NULL, &fp16, prepared_bytes, device);
     if (have_cublas) free_fp16(&fp16);
     free_weights(&b);
   }

@@ -1,4 +1,4 @@
-/* sm70ops check: the plugin's decision for every op at the model's prefill shapes. */
+/* sm70ops check: the plugin's decision for every op at the model's per-rank prefill shapes. */
 #include <getopt.h>
 
 #include "integration/cli/cli.h"
@@ -7,12 +7,13 @@
 
 typedef struct check_options {
   int32_t compute_capability; /* 0: the plugin asks CUDA */
-  int32_t tp;
+  int32_t tp;                 /* 0: every TP size of the plan */
+  int32_t page_size;          /* 0: every page size of the plan */
   int32_t device;
 } check_options;
 
-static const char *const kHeader[] = {"op",    "prefill",   "rows x keys", "decision",
-                                      "route", "workspace", "reason",      "message"};
+static const char *const kHeader[] = {"op",       "TP",    "page",      "prefill", "rows x keys",
+                                      "decision", "route", "workspace", "reason",  "message"};
 enum { kColumns = sizeof(kHeader) / sizeof(kHeader[0]) };
 
 /* The decisions so far, for the summary line. */
@@ -23,12 +24,22 @@ typedef struct tally {
   sm70ops_reason declined_reasons[kTableMaxRows];
 } tally;
 
+static int one_of(int32_t value, const int32_t *values, int32_t count) {
+  for (int32_t i = 0; i < count; ++i) {
+    if (values[i] == value) return 1;
+  }
+  return 0;
+}
+
 static int parse_value(int option, const char *text, check_options *o) {
   switch (option) {
     case 'c':
       return cli_parse_int(text, 1, 999, &o->compute_capability);
     case 't':
-      return cli_parse_int(text, 1, 1024, &o->tp) && model_shape_for_tp(o->tp) != NULL;
+      return cli_parse_int(text, 1, 1024, &o->tp) && one_of(o->tp, kModelTpSizes, kModelTpCount);
+    case 'p':
+      return cli_parse_int(text, 1, 1024, &o->page_size) &&
+             one_of(o->page_size, kModelPageSizes, kModelPageCount);
     case 'd':
       return cli_parse_int(text, 0, 1023, &o->device);
   }
@@ -38,6 +49,7 @@ static int parse_value(int option, const char *text, check_options *o) {
 static int parse_options(int argc, char **argv, check_options *o) {
   static const struct option kOptions[] = {{"cc", required_argument, NULL, 'c'},
                                            {"tp", required_argument, NULL, 't'},
+                                           {"page", required_argument, NULL, 'p'},
                                            {"device", required_argument, NULL, 'd'},
                                            {NULL, 0, NULL, 0}};
   int index = 0;
@@ -62,18 +74,27 @@ static void tally_add(tally *t, const sm70ops_decision *d) {
   }
 }
 
-static void check_one(sm70ops_host *h, const model_shape *m, sm70ops_op op, int32_t prefill,
-                      int32_t device, cli_table *table, tally *t) {
+/* A plan cell: the value, or "all" where it does not change the op's descriptor. */
+static const char *plan_cell(int32_t value, const char *format, int32_t divisor, char *out,
+                             size_t out_bytes) {
+  if (value == 0) return "all";
+  snprintf(out, out_bytes, format, value / divisor);
+  return out;
+}
+
+static void check_one(sm70ops_host *h, const model_case *c, int32_t device, cli_table *table,
+                      tally *t) {
   model_call call;
-  model_call_build(&call, m, op, prefill, device);
+  model_case_build(&call, c, device);
   sm70ops_decision d;
-  sm70ops_host_decide(h, op, &call.args, &d); /* on failure d is a decline saying why */
-  char prefill_text[16];
+  sm70ops_host_decide(h, c->op, &call.args, &d); /* on failure d is a decline saying why */
+  char tp[16], page[16], prefill[16];
   char workspace[32] = "-";
-  snprintf(prefill_text, sizeof(prefill_text), "%dK", prefill / 1024);
   if (d.accepted) cli_format_bytes(d.workspace_bytes, workspace, sizeof(workspace));
-  const char *cells[kColumns] = {sm70ops_host_op_name(op),
-                                 prefill_text,
+  const char *cells[kColumns] = {sm70ops_host_op_name(c->op),
+                                 plan_cell(c->tp, "%d", 1, tp, sizeof(tp)),
+                                 plan_cell(c->page_size, "%d", 1, page, sizeof(page)),
+                                 plan_cell(c->prefill, "%dK", 1024, prefill, sizeof(prefill)),
                                  call.work,
                                  d.accepted ? "accept" : "decline",
                                  d.accepted ? sm70ops_host_route_name(d.route) : "-",
@@ -84,7 +105,7 @@ static void check_one(sm70ops_host *h, const model_shape *m, sm70ops_op op, int3
   tally_add(t, &d);
 }
 
-/* "0 of 12 accepted: 12 declined (NOT_IMPLEMENTED 9, UNSUPPORTED_SHAPE 3)". */
+/* "40 of 48 accepted: 8 declined (NOT_IMPLEMENTED 4, UNSUPPORTED_SHAPE 4)". */
 static void print_summary(const sm70ops_api *api, const tally *t) {
   printf("%d of %d accepted", t->accepted, t->count);
   if (t->declined > 0) printf(": %d declined (", t->declined);
@@ -102,10 +123,25 @@ static void print_summary(const sm70ops_api *api, const tally *t) {
   printf("%s\n", t->declined > 0 ? ")" : "");
 }
 
+/* "1, 2, 4, 8" or one value, then `last` ("- and " joins page sizes as "16- and 64"). */
+static void print_list(const int32_t *values, int32_t count, int32_t only, const char *separator,
+                       const char *last) {
+  if (only != 0) {
+    printf("%d", only);
+    return;
+  }
+  for (int32_t i = 0; i < count; ++i) {
+    printf("%s%d", i == 0 ? "" : (i + 1 == count ? last : separator), values[i]);
+  }
+}
+
 static void print_setting(const sm70ops_host *h, const check_options *o) {
   printf("plugin:  %s\n", sm70ops_host_library_path(h));
-  printf("shapes:  TP%d per rank, last chunk of each prompt, one request, device %d\n", o->tp,
-         o->device);
+  printf("shapes:  %s per rank at TP ", kModelQwen38FlashNext.name);
+  print_list(kModelTpSizes, kModelTpCount, o->tp, ", ", ", ");
+  printf("; ");
+  print_list(kModelPageSizes, kModelPageCount, o->page_size, "-, ", "- and ");
+  printf("-token pages; the last chunk of each prompt, one request, device %d\n", o->device);
   if (o->compute_capability != 0) {
     printf("arch:    compute capability %d.%d (--cc, CUDA not asked)\n\n",
            o->compute_capability / 10, o->compute_capability % 10);
@@ -115,7 +151,7 @@ static void print_setting(const sm70ops_host *h, const check_options *o) {
 }
 
 int cli_check(const cli_globals *globals, int argc, char **argv) {
-  check_options o = {.tp = 4};
+  check_options o = {0};
   if (!parse_options(argc, argv, &o)) return cli_usage_error();
   /* The plugin warns at context creation about what declines every op or what a plan cannot
    * see (no device; no code in this build for the GPU, e.g. a V100 under the default build):
@@ -125,15 +161,12 @@ int cli_check(const cli_globals *globals, int argc, char **argv) {
   sm70ops_host *h = cli_open(&g, o.device, o.compute_capability);
   if (h == NULL) return kExitError;
   print_setting(h, &o);
-  const model_shape *m = model_shape_for_tp(o.tp);
-  cli_table table;
+  model_case cases[kModelMaxCases];
+  const int32_t count = model_plan(o.tp, o.page_size, cases);
+  static cli_table table; /* 160 KB: not on the stack */
   table_init(&table, kHeader, kColumns);
   tally t = {0};
-  for (int32_t i = 0; i < kModelOpCount; ++i) {
-    for (int32_t j = 0; j < kModelPrefillCount; ++j) {
-      check_one(h, m, kModelOps[i], kModelPrefillLengths[j], o.device, &table, &t);
-    }
-  }
+  for (int32_t i = 0; i < count; ++i) check_one(h, &cases[i], o.device, &table, &t);
   table_print(&table, stdout);
   printf("\n");
   print_summary(sm70ops_host_api(h), &t);

@@ -25,12 +25,21 @@ expect_line() {
   grep -Eq -- "$1" "${out}" || fail "no line matching '$1' in: $(cat "${out}")"
 }
 
+# The plan: the index per page size (any TP), the attention per TP and page size, the MoE per TP.
 expect_table() {
-  expect_line '^op +prefill +rows x keys +decision +route +workspace +reason +message$'
-  for op in qsa_index qsa_attn nvfp4_moe nvfp4_moe_prepare; do
-    for prefill in 8K 32K 128K; do expect_line "^${op} +${prefill} "; done
+  expect_line '^op +TP +page +prefill +rows x keys +decision +route +workspace +reason +message$'
+  expect_line '^shapes: +Qwen3\.8-Flash-Next per rank at TP 1, 2, 4, 8; 16- and 64-token pages;'
+  for prefill in 8K 32K 128K 256K; do
+    for page in 16 64; do
+      expect_line "^qsa_index +all +${page} +${prefill} +8192 x "
+      for tp in 1 2 4 8; do expect_line "^qsa_attn +${tp} +${page} +${prefill} +8192 x 2051 "; done
+    done
   done
-  expect_line '^[0-9]+ of 12 accepted'
+  for tp in 1 2 4 8; do
+    expect_line "^nvfp4_moe +${tp} +all +all +8192 x 10 experts "
+    expect_line "^nvfp4_moe_prepare +${tp} +all +all +512 experts "
+  done
+  expect_line '^[0-9]+ of 48 accepted'
 }
 
 # Without --library the tool finds the plugin from its own location (bazel-bin layout).
@@ -55,11 +64,14 @@ else
   expect_line 'capability 7\.0: a V100 needs the sm70 build \(--config=sm70\); checks answer from'
 fi
 
-expect_exit 0 --library "${plugin}" check --tp 1
+expect_exit 0 --library "${plugin}" check --tp 4 --page 16
+expect_line '^shapes: +Qwen3\.8-Flash-Next per rank at TP 4; 16-token pages;'
+expect_line '^[0-9]+ of 10 accepted'
+expect_exit 0 --library "${plugin}" check
 expect_table
 if [[ "${gpu_present}" == 0 ]]; then
-  expect_line '^qsa_attn +32K +8192 x 2048 +decline +- +- +NO_DEVICE +no CUDA device$'
-  expect_line '^0 of 12 accepted: 12 declined \(NO_DEVICE 12\)$'
+  expect_line '^qsa_attn +4 +64 +32K +8192 x 2051 +decline +- +- +NO_DEVICE +no CUDA device$'
+  expect_line '^0 of 48 accepted: 48 declined \(NO_DEVICE 48\)$'
   expect_line '^\[warn\] sm70ops: no CUDA device: every op will decline$'
   expect_exit 2 --library "${plugin}" bench qsa_attn
   expect_line '^bench: needs a CUDA GPU \(none found\)$'
@@ -70,7 +82,10 @@ expect_line '^exit codes:$'
 expect_exit 64 frobnicate
 expect_line "unknown command 'frobnicate'"
 expect_exit 64 check --tp 3
+expect_exit 64 check --page 32
 expect_exit 64 bench no_such_op
+expect_exit 64 bench qsa_index --shapes v2
+expect_line "--shapes is model or v1, not 'v2'"
 expect_exit 1 --library /nonexistent/libsm70ops.so info
 expect_line "cannot load the sm70ops plugin '/nonexistent/libsm70ops.so'"
 

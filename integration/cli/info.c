@@ -38,7 +38,8 @@ static int print_arch_gate(const cli_globals *globals, int32_t device) {
   if (h == NULL) return 0;
   model_call call;
   const sm70ops_op op = SM70OPS_OP_QSA_ATTN;
-  model_call_build(&call, model_shape_for_tp(4), op, kModelPrefillLengths[0], device);
+  const model_shape tp4 = model_shape_for(&kModelQwen38FlashNext, 4, 64);
+  model_call_build(&call, &tp4, op, kModelPrefillLengths[0], device);
   sm70ops_decision d;
   sm70ops_host_decide(h, op, &call.args, &d);
   const char *reason = sm70ops_host_api(h)->reason_name(d.reason);

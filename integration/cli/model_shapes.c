@@ -3,52 +3,89 @@
 #include <math.h>
 #include <stdio.h>
 
-static const model_shape kModelShapes[] = {
-    /* The whole model on one GPU. */
-    {.tp = 1,
-     .hidden = 2048,
-     .q_heads = 16,
-     .kv_heads = 2,
-     .head_dim = 256,
-     .index_heads = 4,
-     .index_dim = 128,
-     .index_topk = 2048,
-     .page_size = 64,
-     .experts = 512,
-     .expert_topk = 10,
-     .expert_inter = 512},
-    /* The target: four V100-SXM2-32GB, attention heads and expert slices split four ways. */
-    {.tp = 4,
-     .hidden = 2048,
-     .q_heads = 4,
-     .kv_heads = 1,
-     .head_dim = 256,
-     .index_heads = 4,
-     .index_dim = 128,
-     .index_topk = 2048,
-     .page_size = 64,
-     .experts = 512,
-     .expert_topk = 10,
-     .expert_inter = 128},
-};
+const model_shape kModelQwen38FlashNext = {.name = "Qwen3.8-Flash-Next",
+                                           .hidden = 2560,
+                                           .q_heads = 24,
+                                           .kv_heads = 2,
+                                           .head_dim = 256,
+                                           .attention_gate = 1,
+                                           .index_heads = 4,
+                                           .index_dim = 128,
+                                           .index_weighted = 0,
+                                           .compress_ratio = 4,
+                                           .index_topk = 2048,
+                                           .experts = 512,
+                                           .expert_topk = 10,
+                                           .expert_inter = 640,
+                                           .max_context = 262144,
+                                           .tp = 1,
+                                           .page_size = 64};
 
-const int32_t kModelPrefillLengths[] = {8192, 32768, 131072};
-const int32_t kModelPrefillCount = sizeof(kModelPrefillLengths) / sizeof(kModelPrefillLengths[0]);
+const model_shape kModelV1 = {.name = "contract version 1",
+                              .hidden = 2048,
+                              .q_heads = 16,
+                              .kv_heads = 2,
+                              .head_dim = 256,
+                              .attention_gate = 0,
+                              .index_heads = 4,
+                              .index_dim = 128,
+                              .index_weighted = 1,
+                              .compress_ratio = 1,
+                              .index_topk = 2048,
+                              .experts = 512,
+                              .expert_topk = 10,
+                              .expert_inter = 512,
+                              .max_context = 131072,
+                              .tp = 1,
+                              .page_size = 64};
 
-const sm70ops_op kModelOps[] = {SM70OPS_OP_QSA_INDEX, SM70OPS_OP_QSA_ATTN, SM70OPS_OP_NVFP4_MOE,
-                                SM70OPS_OP_NVFP4_MOE_PREPARE};
-const int32_t kModelOpCount = sizeof(kModelOps) / sizeof(kModelOps[0]);
+model_shape model_shape_for(const model_shape *m, int32_t tp, int32_t page_size) {
+  model_shape s = *m;
+  s.q_heads = m->q_heads / tp;
+  s.kv_heads = m->kv_heads / tp > 0 ? m->kv_heads / tp : 1;
+  s.expert_inter = m->expert_inter / tp;
+  s.tp = tp;
+  s.page_size = page_size;
+  return s;
+}
+
+#define COUNT(array) ((int32_t)(sizeof(array) / sizeof((array)[0])))
+
+const int32_t kModelTpSizes[] = {1, 2, 4, 8};
+const int32_t kModelTpCount = COUNT(kModelTpSizes);
+const int32_t kModelPageSizes[] = {16, 64};
+const int32_t kModelPageCount = COUNT(kModelPageSizes);
+const int32_t kModelPrefillLengths[] = {8192, 32768, 131072, 262144};
+const int32_t kModelPrefillCount = COUNT(kModelPrefillLengths);
 
 /* vLLM's chunked prefill runs a prompt as chunks of at most this many rows. */
 enum { kChunkRows = 8192 };
 /* NVFP4: one e4m3 scale per 16 weights, two weights per byte. */
 enum { kNvfp4Block = 16 };
 
-const model_shape *model_shape_for_tp(int32_t tp) {
-  for (size_t i = 0; i < sizeof(kModelShapes) / sizeof(kModelShapes[0]); ++i) {
-    if (kModelShapes[i].tp == tp) return &kModelShapes[i];
+/* Appends the cases of `op` over the TP sizes, page sizes and prompts that change it. */
+static int32_t add_cases(sm70ops_op op, int32_t tp, int32_t page_size, int32_t by_tp,
+                         int32_t by_page, int32_t by_prefill, model_case *out, int32_t n) {
+  for (int32_t i = 0; i < (by_tp ? kModelTpCount : 1); ++i) {
+    if (by_tp && tp != 0 && kModelTpSizes[i] != tp) continue;
+    for (int32_t j = 0; j < (by_page ? kModelPageCount : 1); ++j) {
+      if (by_page && page_size != 0 && kModelPageSizes[j] != page_size) continue;
+      for (int32_t k = 0; k < (by_prefill ? kModelPrefillCount : 1); ++k) {
+        out[n++] = (model_case){.op = op,
+                                .tp = by_tp ? kModelTpSizes[i] : 0,
+                                .page_size = by_page ? kModelPageSizes[j] : 0,
+                                .prefill = by_prefill ? kModelPrefillLengths[k] : 0};
+      }
+    }
   }
-  return NULL;
+  return n;
+}
+
+int32_t model_plan(int32_t tp, int32_t page_size, model_case out[kModelMaxCases]) {
+  int32_t n = add_cases(SM70OPS_OP_QSA_INDEX, tp, page_size, 0, 1, 1, out, 0);
+  n = add_cases(SM70OPS_OP_QSA_ATTN, tp, page_size, 1, 1, 1, out, n);
+  n = add_cases(SM70OPS_OP_NVFP4_MOE, tp, page_size, 1, 0, 0, out, n);
+  return add_cases(SM70OPS_OP_NVFP4_MOE_PREPARE, tp, page_size, 1, 0, 0, out, n);
 }
 
 static const DLDataType kF16 = {kDLFloat, 16, 1};
@@ -87,10 +124,17 @@ typedef struct chunk {
   int64_t selected_pages; /* NB, the width of the sel_* expansion */
 } chunk;
 
+/* A width of op 1's expansion that always suffices (ops.md): min(B/c + 1, ceil(L / P)), the + 1
+ * the tail's page (c = 1 has no tail). */
+static int64_t selection_width(const model_shape *m, int64_t pages) {
+  const int64_t groups = m->index_topk / m->compress_ratio + (m->compress_ratio > 1);
+  return pages < groups ? pages : groups;
+}
+
 static chunk last_chunk(const model_shape *m, int32_t prefill) {
   chunk c = {.rows = prefill < kChunkRows ? prefill : kChunkRows, .seq_len = prefill};
   c.pages = (prefill + m->page_size - 1) / m->page_size;
-  c.selected_pages = c.pages < m->index_topk ? c.pages : m->index_topk;
+  c.selected_pages = selection_width(m, c.pages);
   return c;
 }
 
@@ -125,14 +169,15 @@ static void build_qsa_index(model_call *call, const model_shape *m, const chunk 
       .max_seq_len = (int32_t)c->seq_len,
       .max_query_len = (int32_t)c->rows,
       .q = TENSOR(call, kF16, c->rows, m->index_heads, m->index_dim),
-      .weights = TENSOR(call, kF32, c->rows, m->index_heads),
-      .k_index = TENSOR(call, kF16, c->pages, m->page_size, m->index_dim),
+      .weights = m->index_weighted ? TENSOR(call, kF32, c->rows, m->index_heads) : NULL,
+      .k_index = TENSOR(call, kF16, c->pages, m->page_size / m->compress_ratio, m->index_dim),
       .query_start_loc = v.query_start_loc,
       .seq_lens = v.seq_lens,
       .block_table = v.block_table,
       .sel_blocks = s.blocks,
       .sel_mask = s.mask,
       .sel_count = s.count,
+      .compress_ratio = m->compress_ratio,
   };
   snprintf(call->work, sizeof(call->work), "%lld x %lld", (long long)c->rows,
            (long long)c->seq_len);
@@ -156,8 +201,11 @@ static void build_qsa_attn(model_call *call, const model_shape *m, const chunk *
       .sel_mask = s.mask,
       .sel_count = s.count,
       .out = TENSOR(call, kF16, c->rows, m->q_heads, m->head_dim),
+      .gate = m->attention_gate ? TENSOR(call, kF16, c->rows, m->q_heads, m->head_dim) : NULL,
   };
-  int64_t keys = c->seq_len < m->index_topk ? c->seq_len : m->index_topk;
+  /* The token set's bound: B tokens of whole groups and the tail's c - 1. */
+  const int64_t set = m->index_topk + m->compress_ratio - 1;
+  const int64_t keys = c->seq_len < set ? c->seq_len : set;
   snprintf(call->work, sizeof(call->work), "%lld x %lld", (long long)c->rows, (long long)keys);
 }
 
@@ -188,43 +236,39 @@ static void build_nvfp4_moe(model_call *call, const model_shape *m, const chunk 
   snprintf(call->work, sizeof(call->work), "%lld x %d experts", (long long)c->rows, m->expert_topk);
 }
 
-static int64_t tensor_bytes(const DLTensor *t) {
-  int64_t elements = 1;
-  for (int32_t d = 0; d < t->ndim; ++d) elements *= t->shape[d];
-  return elements * t->dtype.bits / 8;
-}
-
-/* `prepared` is sized like the checkpoint's payload and scales plus each expert's scale_2 (the
- * repacked layout at these shapes): check reports the real size (output_bytes) only for a
- * descriptor that already has one. */
+/* `prepared` is left out, as a host asks at load: check then reports its size (output_bytes). */
 static void build_nvfp4_moe_prepare(model_call *call, const model_shape *m) {
-  const sm70ops_nvfp4_weights *w = add_weights(call, m);
-  int64_t bytes = tensor_bytes(w->w13) + tensor_bytes(w->w13_scale) + tensor_bytes(w->w2) +
-                  tensor_bytes(w->w2_scale) + 16 * (int64_t)m->experts;
   call->args.nvfp4_moe_prepare = (sm70ops_nvfp4_moe_prepare_args){
       .struct_size = sizeof(sm70ops_nvfp4_moe_prepare_args),
-      .weights = w,
-      .prepared = TENSOR(call, kU8, bytes),
+      .weights = add_weights(call, m),
   };
   snprintf(call->work, sizeof(call->work), "%d experts", m->experts);
 }
 
-void model_call_build(model_call *call, const model_shape *model, sm70ops_op op, int32_t prefill,
+void model_call_build(model_call *call, const model_shape *shape, sm70ops_op op, int32_t prefill,
                       int32_t device) {
   *call = (model_call){.op = op, .device = device};
-  const chunk c = last_chunk(model, prefill);
+  const chunk c = last_chunk(shape, prefill);
   switch (op) {
     case SM70OPS_OP_QSA_INDEX:
-      build_qsa_index(call, model, &c);
+      build_qsa_index(call, shape, &c);
       break;
     case SM70OPS_OP_QSA_ATTN:
-      build_qsa_attn(call, model, &c);
+      build_qsa_attn(call, shape, &c);
       break;
     case SM70OPS_OP_NVFP4_MOE:
-      build_nvfp4_moe(call, model, &c);
+      build_nvfp4_moe(call, shape, &c);
       break;
     case SM70OPS_OP_NVFP4_MOE_PREPARE:
-      build_nvfp4_moe_prepare(call, model);
+      build_nvfp4_moe_prepare(call, shape);
       break;
   }
+}
+
+void model_case_build(model_call *call, const model_case *c, int32_t device) {
+  /* The index at any TP (it is replicated), the MoE at any page size and on a full chunk. */
+  const int32_t largest_page = kModelPageSizes[kModelPageCount - 1];
+  const model_shape s = model_shape_for(&kModelQwen38FlashNext, c->tp ? c->tp : 1,
+                                        c->page_size ? c->page_size : largest_page);
+  model_call_build(call, &s, c->op, c->prefill ? c->prefill : kChunkRows, device);
 }

@@ -7,7 +7,7 @@
 
 #include "abi/sm70ops.h"
 
-enum { kTableMaxColumns = 8, kTableMaxRows = 32, kTableCellBytes = SM70OPS_MESSAGE_BYTES };
+enum { kTableMaxColumns = 10, kTableMaxRows = 64, kTableCellBytes = SM70OPS_MESSAGE_BYTES };
 
 typedef struct cli_table {
   int32_t columns;

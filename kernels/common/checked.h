@@ -19,7 +19,9 @@ typedef enum {
   SM70_CHECKED_SEL_COUNT = 3, /* sel_count outside [0, NB] */
   SM70_CHECKED_SEQ_LEN = 4,   /* a row's context L outside [0, max_seq_len] */
   SM70_CHECKED_EXPERT_ID = 5, /* topk_ids entry outside [0, E) */
-  SM70_CHECKED_SEL_ORDER = 6 /* sel_blocks not ascending (value: the page, bound: the one before) */
+  SM70_CHECKED_SEL_ORDER =
+      6, /* sel_blocks not ascending (value: the page, bound: the one before) */
+  SM70_CHECKED_QUERY_START = 7 /* query_start_loc not 0, ..., rows ascending (row: the entry) */
 } sm70_checked_kind;
 
 typedef struct sm70_checked_error {

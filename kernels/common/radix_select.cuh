@@ -67,13 +67,21 @@ __device__ void clear_histogram(int width, RadixScratch &s) {
   __syncthreads();
 }
 
-// One shared atomic per live key. Lanes of a warp that share a bin serialise on it, which still
-// costs less than finding them first: aggregating each distinct bin of the warp once
-// (__match_any_sync, then one atomic per bin) made the histograms wait on the match's latency
-// (H200, 1024 rows, K 2048, same run, ms: 4K keys 0.130 -> 0.111, 8K 0.211 -> 0.194, 131072
-// 1.066 -> 1.021; prefills 8K 1.094 -> 0.987, 32K 9.06 -> 8.53, 128K 81.5 -> 77.9).
+// One shared atomic per live key, but one per warp where all of the warp's live keys fall in one
+// bin: 32 atomics on one address serialise, and rows of equal scores (every key the same, or
+// ReLU's zeros) put every key in one bin at every level. Finding each distinct bin of a warp
+// instead (__match_any_sync) made the histograms wait on the match (H200, ncu: 35% of the
+// threshold's stall samples); this costs a vote and a shuffle. Called by every lane of a warp.
 __device__ __forceinline__ void histogram_add(bool live, uint32_t bin, uint32_t *hist) {
-  if (live) atomicAdd(&hist[bin], 1u);
+  const unsigned lanes = __ballot_sync(kFullMask, live);
+  if (lanes == 0u) return;
+  const uint32_t leader_bin = __shfl_sync(kFullMask, bin, __ffs(lanes) - 1);  // every lane
+  if (__all_sync(kFullMask, !live || bin == leader_bin)) {
+    const int leader = __ffs(lanes) - 1;
+    if ((threadIdx.x & 31) == leader) atomicAdd(&hist[bin], __popc(lanes));
+  } else if (live) {
+    atomicAdd(&hist[bin], 1u);
+  }
 }
 
 // Histogram of the next digit over keys[0, n) that match r.

@@ -7,10 +7,11 @@
 
 #include <cstddef>
 
+#include "kernels/common/arch.h"
+
 namespace sm70ops {
 
-// A V100 SM's shared memory at the largest carveout, which is also the most one block may use.
-constexpr int kV100SmemBytes = 96 * 1024;
+constexpr int kV100SmemBytes = SM70_V100_SMEM_BYTES;
 
 // Dynamic shared memory above the default 48 KB is opted into per kernel.
 template <class Kernel>

@@ -49,6 +49,21 @@ __device__ __forceinline__ bool varlen_find_tile(const int32_t *query_start_loc,
   return true;
 }
 
+// Checked mode: query_start_loc must run 0 = qsl[0] <= qsl[1] <= ... <= qsl[R] = rows, or rows
+// fall outside every request (and are written as empty) or into the wrong one. One block of a
+// launch calls it.
+__device__ __forceinline__ void varlen_check_starts(const int32_t *query_start_loc, int requests,
+                                                    int rows, sm70_checked_error *checked) {
+  if (checked == nullptr) return;
+  for (int r = threadIdx.x; r <= requests; r += blockDim.x) {
+    const int v = query_start_loc[r], before = r == 0 ? 0 : query_start_loc[r - 1];
+    const bool ends = r == 0 || r == requests;
+    if (ends ? v != (r == 0 ? 0 : rows) : v < before || v > rows) {
+      report_bad_index(checked, SM70_CHECKED_QUERY_START, r, v, rows + 1ll);
+    }
+  }
+}
+
 // Keys row t of request r sees: pos + 1, bounded to [0, max_seq_len] so bad metadata cannot make
 // a kernel read or write past what the host sized (checked mode reports it).
 __device__ __forceinline__ int varlen_row_length(const int32_t *query_start_loc,

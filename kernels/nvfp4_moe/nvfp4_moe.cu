@@ -15,26 +15,28 @@
 namespace sm70ops::nvfp4_moe {
 namespace {
 
+// The operand of N = kHalves x half_rows rows of K, in the checkpoint or the prepared layout
+// (Operand's comment).
 template <int kHalves>
 Operand operand(const uint8_t *packed, const uint8_t *scales, const float *scale_2,
-                int32_t scale_2_stride, int32_t prepared, int32_t half_rows, int32_t k) {
-  constexpr int kGroup = kTileN / kHalves;
+                int32_t scale_2_stride, bool prepared, int32_t half_rows, int32_t k) {
+  const int32_t n = kHalves * half_rows;
   Operand b;
   b.packed = packed;
   b.scales = scales;
   b.scale_2 = scale_2;
   b.scale_2_stride = scale_2_stride;
-  b.prepared = prepared;
+  b.ragged = kHalves == 2 ? k % kTileK != 0 : !prepared && k % kHalfK != 0;
   b.half_rows = half_rows;
   b.k = k;
-  b.n_tiles = (half_rows + kGroup - 1) / kGroup;
-  b.k_tiles = k / kTileK;
-  // Row r + 128 is the up row of the same column (W13) or the next 128 rows (W2).
-  const int32_t second_rows = kHalves == 2 ? half_rows : kTileN / 2;
-  b.packed_second = prepared ? kTileN / 2 * (kTileK / 2) : second_rows * (k / 2);
-  b.scales_second = prepared ? kTileN / 2 * (kTileK / 16) : second_rows * (k / 16);
-  b.packed_step = prepared ? kTilePackedBytes : kTileK / 2;
-  b.scales_step = prepared ? kTileScaleBytes : kTileK / 16;
+  b.n_tiles = (half_rows + kTileN / kHalves - 1) / (kTileN / kHalves);
+  b.k_tiles = (k + kTileK - 1) / kTileK;
+  b.expert_bytes = n * ((prepared ? round_up(k, kHalfK) : k) / 2);
+  b.row_bytes = prepared ? kHalfK / 2 : k / 2;
+  b.step_bytes = prepared ? n * (kTileK / 2) : kTileK / 2;
+  b.half_bytes = prepared ? n * (kHalfK / 2) : kHalfK / 2;
+  b.second_bytes = (kHalves == 2 ? half_rows : kTileN / 2) * b.row_bytes;
+  b.scale_second_bytes = b.second_bytes / 8;
   return b;
 }
 
@@ -62,20 +64,22 @@ Pass make_pass(const Params &p, int32_t token0) {
 Operand gate_up_operand(const sm70_nvfp4_moe_weights &w, const uint8_t *prepared, int experts,
                         int hidden, int inter) {
   if (prepared == nullptr) {
-    return operand<2>(w.w13, w.w13_scale, w.w13_scale_2, 2, 0, inter, hidden);
+    return operand<2>(w.w13, w.w13_scale, w.w13_scale_2, 2, false, inter, hidden);
   }
   const PreparedLayout l = prepared_layout(experts, hidden, inter);
   const float *scale_2 = reinterpret_cast<const float *>(prepared + l.scale_2);
-  return operand<2>(prepared + l.w13, prepared + l.w13_scale, scale_2, kPreparedScale2Stride, 1,
+  return operand<2>(prepared + l.w13, prepared + l.w13_scale, scale_2, kPreparedScale2Stride, true,
                     inter, hidden);
 }
 
 Operand down_operand(const sm70_nvfp4_moe_weights &w, const uint8_t *prepared, int experts,
                      int hidden, int inter) {
-  if (prepared == nullptr) return operand<1>(w.w2, w.w2_scale, w.w2_scale_2, 1, 0, hidden, inter);
+  if (prepared == nullptr) {
+    return operand<1>(w.w2, w.w2_scale, w.w2_scale_2, 1, false, hidden, inter);
+  }
   const PreparedLayout l = prepared_layout(experts, hidden, inter);
   const float *scale_2 = reinterpret_cast<const float *>(prepared + l.scale_2) + 2;
-  return operand<1>(prepared + l.w2, prepared + l.w2_scale, scale_2, kPreparedScale2Stride, 1,
+  return operand<1>(prepared + l.w2, prepared + l.w2_scale, scale_2, kPreparedScale2Stride, true,
                     hidden, inter);
 }
 

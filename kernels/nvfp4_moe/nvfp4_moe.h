@@ -17,7 +17,7 @@ extern "C" {
 /* What the kernels are built for; plugin/nvfp4_moe.c's table of supported shapes names these. */
 #define SM70_NVFP4_MOE_MAX_EXPERTS 512 /* the grouping keeps per-expert counters on chip */
 #define SM70_NVFP4_MOE_MAX_TOPK 16
-#define SM70_NVFP4_MOE_DIM_MULTIPLE 64 /* H and I: the GEMMs' K tile */
+#define SM70_NVFP4_MOE_DIM_MULTIPLE 16 /* H and I: the NVFP4 scale block, the MMAs' k and n */
 /* H x I bound: per-expert byte offsets stay far inside 32 bits (2^30 = 32768 x 32768). */
 #define SM70_NVFP4_MOE_MAX_EXPERT_ELEMENTS (1ll << 30)
 
@@ -65,9 +65,12 @@ uint32_t sm70_nvfp4_moe_smem_bytes(void);
 /* Enqueues the op on `stream` (a cudaStream_t). Returns a cudaError_t (0 = success). */
 int32_t sm70_nvfp4_moe_launch(const sm70_nvfp4_moe_params *p, void *workspace, void *stream);
 
-/* The repacked layout: every GEMM block's weight tile for one K step is one contiguous run (8 KiB
- * of payload, 1 KiB of scales), rows past I or H zero-filled, then the experts' fp32 scale_2
- * (gate, up, w2, 0). Bytes it takes for these dimensions. */
+/* The repacked layout: per expert, per K step of 64 and per half step of 32 k, the 16 payload
+ * bytes (and 2 scale bytes) of every weight row one after another, K zero-padded to a multiple
+ * of 32; then the experts' fp32 scale_2 (gate, up, w2, 0). A GEMM block's tile of one K step is
+ * a few contiguous runs of 2-4 KiB read with whole 16-byte loads, whatever H and I are; no row
+ * is padded, so at the model's shapes it takes the checkpoint's bytes. Bytes it takes for these
+ * dimensions. */
 uint64_t sm70_nvfp4_moe_prepared_bytes(int32_t experts, int32_t hidden, int32_t inter);
 
 typedef struct sm70_nvfp4_moe_prepare_params {

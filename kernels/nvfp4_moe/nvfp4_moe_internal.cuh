@@ -38,17 +38,22 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //     rows, or the fused activation) is read once per 256 columns. At I = 128 the whole W13 of an
 //     expert (128 gate + 128 up rows) is one N tile, so each routed x row is gathered once; a
 //     warp's 4 B fragments per A fragment give 0.75 fragment loads per MMA from shared memory.
+//     N need only be a multiple of 16: a last N tile runs the fragments that hold columns, and
+//     where one or two warp columns hold them all (I 160, the model at TP4: 32 of 128 column
+//     pairs) the warps split its K steps instead (tiling.h), so no MMA runs on padding.
 //   - K tile 64: one 16-byte load per half row of the payload (32 k), two e4m3 scales with it;
 //     46 KB of shared memory for tiles of up to 64 rows, so two such blocks (16 warps) share a
-//     V100 SM; 55 KB for 128 rows, one block.
+//     V100 SM; 55 KB for 128 rows, one block. K need only be a multiple of 16: a last K step
+//     of 16, 32 or 48 k loads, decodes and multiplies only those (I 160: 64 + 64 + 32), in the
+//     same pass over the weights.
 //   - M tile 128, 64 or 32, per tile (tiling.h): an expert's rows go in 128-row (big) tiles while
 //     more than 64 remain, the last 64 or fewer in one 64- or 32-row (small) tile. A big tile
 //     decodes each weight once per 128 rows and its warps hold 64 x 64 (16 accumulators: a third
-//     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM (234
-//     and 240 registers a thread on sm_70; H200, TP1, T 8192 / 32768: 2.514 -> 2.433 / 9.127 ->
-//     8.769 ms against 64-row tiles only, before the MMA loop was unrolled). Small tiles keep two
-//     blocks per SM; a 32-row remainder in a 64-row tile would double its MMAs (at T 8192, 160 rows
-//     per expert, half the experts end in one).
+//     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM
+//     (about 240 registers a thread on sm_70; H200, TP1, T 8192 / 32768: 2.514 -> 2.433 / 9.127
+//     -> 8.769 ms against 64-row tiles only, before the MMA loop was unrolled). Small tiles keep
+//     two blocks per SM; a 32-row remainder in a 64-row tile would double its MMAs (at T 8192, 160
+//     rows per expert, half the experts end in one).
 //   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in
 //     flight during this tile's MMAs; a second shared buffer would cost the second block per SM.
 constexpr int kThreads = 256;  // 8 warps: 2 along M x 4 along N
@@ -63,11 +68,11 @@ constexpr int kFragsN = kWarpN / kFrag;
 static_assert(kWarpsM * kWarpsN * 32 == kThreads, "warp grid");
 static_assert(kFragsN == 4, "W13 warps hold two gate and two up fragments");
 
-// A weight tile for one K step: 256 rows x 64 k = 256 x 32 payload bytes and 256 x 4 scale bytes,
-// one 16-byte load per thread and row half.
-constexpr int kTilePackedBytes = kTileN * kTileK / 2;
-constexpr int kTileScaleBytes = kTileN * kTileK / 16;
-static_assert(kTilePackedBytes / 16 == 2 * kThreads, "two 16-byte payload loads per thread");
+// A thread loads 32 k of a weight row per K step (a row half): 16 payload bytes and two e4m3
+// scales, two rows per thread.
+constexpr int kHalfK = kTileK / 2;
+constexpr int kScaleBlock = 16;  // NVFP4: one e4m3 scale per 16 weights along k
+static_assert(kTileN * (kTileK / kHalfK) == 2 * kThreads, "two row halves per thread");
 
 // Passes: at most this many tokens at once, which bounds the workspace (the partials of one
 // pass, 16384 x 10 x 2048 x 2 B = 0.67 GB at TP1) at one more read of the weights per pass.
@@ -77,67 +82,70 @@ constexpr int kChunkTokens = 16384;
 // The B operand of one GEMM: N = kHalves x half_rows weight rows of K each, per expert. W13 has
 // two halves (gate, up) of I rows and K = H; a block's N tile takes 128 rows of each, so one warp
 // holds gate and up of the same columns. W2 has one half of H rows and K = I.
+//
+// Both layouts are one address map with their own strides (weight_offset): k = 64 kt + 32 h + j
+// of row n of expert e sits at e x expert + n x row + kt x step + h x half + j / 2.
+//   checkpoint  [E, N, K/2] (ModelOpt): row K/2, step 32, half 16. Rows are 16-byte aligned only
+//               when K % 32 == 0; else (I 80, H 2576) a row half is read as two 8-byte quarters.
+//   prepared    per expert, per K step, per row half: the N rows' 16 bytes one after another
+//               (row 16, half 16 N, step 32 N), K zero-padded to a multiple of 32, so that every
+//               load is a whole aligned half and a block's tile of one step is 2-4 contiguous runs
+//               of 2-4 KiB. No row padding: the model's shapes take exactly the checkpoint's bytes.
+// The scales follow the same map at 1/8 of the strides (one byte per 16 k).
 struct Operand {
   const uint8_t *packed;  // checkpoint tensor, or the prepared section
   const uint8_t *scales;
   const float *scale_2;  // scale_2[e * scale_2_stride + half]
   int32_t scale_2_stride;
-  int32_t prepared;   // 1: tile-contiguous prepared layout
+  // 1: the GEMM reads row halves as two 8-byte quarters (checkpoint rows are 8-byte aligned when
+  // K % 32 == 16) and, gate/up, stops its x loads at H; set where K needs either (H % 64 != 0,
+  // or a checkpoint I % 32 != 0).
+  int32_t ragged;
   int32_t half_rows;  // I (W13) or H (W2)
   int32_t k;          // H (W13) or I (W2)
   int32_t n_tiles;    // ceil(half_rows / (kTileN / kHalves))
-  int32_t k_tiles;    // k / kTileK
-  // Byte distances, the same for every thread (kernel parameters, not registers): from a thread's
-  // row r to its row r + 128, and from one K step to the next. 32-bit: H x I <= 2^30.
-  int32_t packed_second, scales_second;
-  int32_t packed_step, scales_step;
+  int32_t k_tiles;    // ceil(k / kTileK): the last K step may hold 16, 32 or 48 k
+  // Byte strides of the payload (the scales': the same / 8), kernel parameters rather than
+  // registers. 32-bit: H x I <= 2^30.
+  int32_t expert_bytes, row_bytes, step_bytes, half_bytes;
+  // From a thread's row r to its row r + 128: the up row of the same column (W13) or the next
+  // 128 rows (W2).
+  int32_t second_bytes, scale_second_bytes;  // the scales': second_bytes / 8
 };
 
-// Where one thread's weight row r (0..255 in the block's N tile) and row half h (32 k of 64) live
-// for K step 0; later steps add kt x packed_step and kt x scale_step.
-struct RowSource {
-  const uint8_t *packed;
-  const uint8_t *scales;
-  bool valid;  // false for rows past I or H in the last N tile: they read as zeros
+struct WeightOffset {
+  int64_t packed, scales;
 };
 
-template <int kHalves>
-__host__ __device__ inline RowSource row_source(const Operand &b, int e, int nt, int r, int h) {
-  constexpr int kGroup = kTileN / kHalves;
-  const int half = r / kGroup, col = nt * kGroup + r % kGroup;
-  RowSource s;
-  s.valid = col < b.half_rows;
-  if (b.prepared) {
-    const int64_t tile = ((int64_t)e * b.n_tiles + nt) * b.k_tiles;
-    s.packed = b.packed + tile * kTilePackedBytes + r * (kTileK / 2) + h * 16;
-    s.scales = b.scales + tile * kTileScaleBytes + r * (kTileK / 16) + h * 2;
-  } else {
-    const int64_t row = (int64_t)e * kHalves * b.half_rows + (int64_t)half * b.half_rows + col;
-    s.packed = b.packed + row * (b.k / 2) + h * 16;
-    s.scales = b.scales + row * (b.k / 16) + h * 2;
-  }
-  return s;
+// Row n (0 .. N-1) of expert e at k, a multiple of 16.
+__host__ __device__ inline WeightOffset weight_offset(const Operand &b, int e, int n, int k) {
+  WeightOffset o;
+  o.packed = (int64_t)e * b.expert_bytes + (int64_t)n * b.row_bytes +
+             (int64_t)(k / kTileK) * b.step_bytes + (k / kHalfK % 2) * b.half_bytes +
+             k % kHalfK / 2;
+  o.scales = o.packed / 8;  // every stride is a multiple of 8; k % 32 / 2 is 0 or 8
+  return o;
 }
 
-// Byte offsets of the prepared sections (each a multiple of 1 KiB, so aligned).
+// Byte offsets of the prepared sections (each 256-byte aligned).
 struct PreparedLayout {
   uint64_t w13, w13_scale, w2, w2_scale, scale_2, total;
-  int32_t n_tiles13, k_tiles13, n_tiles2, k_tiles2;
 };
 
+__host__ __device__ inline int32_t round_up(int32_t x, int32_t to) {
+  return (x + to - 1) / to * to;
+}
+
 inline PreparedLayout prepared_layout(int experts, int hidden, int inter) {
+  const auto aligned = [](uint64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const uint64_t w13 = (uint64_t)experts * 2 * inter * round_up(hidden, kHalfK) / 2;
+  const uint64_t w2 = (uint64_t)experts * hidden * round_up(inter, kHalfK) / 2;
   PreparedLayout l;
-  l.n_tiles13 = (inter + kTileN / 2 - 1) / (kTileN / 2);
-  l.k_tiles13 = hidden / kTileK;
-  l.n_tiles2 = (hidden + kTileN - 1) / kTileN;
-  l.k_tiles2 = inter / kTileK;
-  const uint64_t tiles13 = (uint64_t)experts * l.n_tiles13 * l.k_tiles13;
-  const uint64_t tiles2 = (uint64_t)experts * l.n_tiles2 * l.k_tiles2;
   l.w13 = 0;
-  l.w13_scale = l.w13 + tiles13 * kTilePackedBytes;
-  l.w2 = l.w13_scale + tiles13 * kTileScaleBytes;
-  l.w2_scale = l.w2 + tiles2 * kTilePackedBytes;
-  l.scale_2 = l.w2_scale + tiles2 * kTileScaleBytes;
+  l.w13_scale = l.w13 + aligned(w13);
+  l.w2 = l.w13_scale + aligned(w13 / 8);
+  l.w2_scale = l.w2 + aligned(w2);
+  l.scale_2 = l.w2_scale + aligned(w2 / 8);
   l.total = l.scale_2 + (uint64_t)experts * 4 * sizeof(float);
   return l;
 }

@@ -1,16 +1,19 @@
-// QSA index scorer: s[t,j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) on tensor cores.
+// QSA index scorer: s[t,g] = sum_h w[t,h] * relu(q[t,h,:] . k[g,:]) on tensor cores.
 //
 // One block = 16 rows of one request x a range of keys. The four heads' Q tiles stay in shared
-// memory; each warp streams 32-key groups of the paged keys (a group never crosses a page)
-// through its own shared staging area (key_staging.h; the next slice of dimensions in flight
-// during this one's MMAs, the next group's first slice during this one's epilogue) into WMMA B
-// fragments. One accumulator per head and key fragment keeps the heads apart, so the ReLU and
-// the weighted head sum happen in registers; the group's scores then go row-major through the
-// staging area, and the epilogue reads them in a layout it knows. Two modes:
-//   sample  scores the first group of every 512 keys into the workspace;
-//   filter  scores every key and keeps those above the row's threshold, and marks those at it
-//           (one slot atomic per row and group; where every row of the call keeps all its keys
-//           (call_keeps_all), key j in slot j and no atomic).
+// memory; each warp streams groups of 32 keys through its own shared staging area
+// (key_staging.h; the next slice of dimensions in flight during this one's MMAs, the next
+// group's first slice during this one's epilogue) into WMMA B fragments. Each lane addresses its
+// keys through the block table one by one, so a group may span pages (16-token pages of 4-token
+// groups hold four keys) or be a stratified sample. One accumulator per head and key fragment
+// keeps the heads apart, so the ReLU and the weighted head sum happen in registers; the group's
+// scores then go row-major through the staging area, and the epilogue reads them in a layout it
+// knows. Passes:
+//   sample   scores the key each stratum samples into the workspace;
+//   filter   scores every key and keeps those above the row's threshold, and marks and counts
+//            those at it (one slot atomic per row and group; where every row of the call keeps
+//            all its keys (call_keeps_all), key j in slot j and no atomic);
+//   rescore  scores every key of the rows the filter misjudged (row_rescued) into slot = key.
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -44,7 +47,9 @@ constexpr int kMinBlocks = 1024;
 constexpr int kFilterMinGroupsPerBlock = 8;
 constexpr int kQLd = kDim + 8;  // halves; the pad staggers rows over the banks
 static_assert(kTileRows == kFrag, "a tile's rows are one WMMA M");
-static_assert(kPage % kKeysPerWarp == 0 && kSampleGroup == kKeysPerWarp, "groups stay in a page");
+static_assert(kSampleGroup == kKeysPerWarp, "a warp samples one stratum per key of its group");
+// 1/sqrt(128): each head's weight when the call gives none (Qwen3.8's weight-free indexer).
+constexpr float kUniformHeadWeight = 0.08838834764831845f;
 
 constexpr int kSumLd = kKeysPerWarp + 4;  // floats; the pad staggers rows over the banks
 
@@ -64,21 +69,42 @@ struct __align__(32) Smem {
   // whatever the fragment's layout.
   float head_w[kHeads][kTileRows][kFrag];  // 4096 B
   float threshold[kTileRows];
-  int32_t len[kTileRows];  // keys each row sees (causal bound)
+  int32_t len[kTileRows];  // keys each row sees: its complete groups (causal bound)
+  uint32_t rescued;        // bit r: row r is rescored (the rescore pass)
 };
 static_assert(kV100BlocksPerSm * sizeof(Smem) <= kV100SmemBytes,
               "static shared memory for the V100's blocks per SM");
 
 using Tile = VarlenTile;
 
-__device__ bool find_tile(const Params &p, int c0, int c1, int slot, Tile *tile) {
-  return varlen_find_tile(p.query_start_loc, p.requests, c0, c1, kTileRows, slot, tile);
+__device__ bool find_tile(const Params &p, const Rows &rows, int slot, Tile *tile) {
+  return varlen_find_tile(p.query_start_loc, p.requests, rows.begin, rows.end, kTileRows, slot,
+                          tile);
 }
 
-// Prologue: Q tile (zeros past the tile's rows), weights, row lengths, and when the
-// pass compares with them (not in a keep-all call) the rows' thresholds.
-__device__ void load_tile(const Params &p, const Tile &tile, int c0, const Workspace &ws,
-                          bool thresholds, Smem &s) {
+// The sample pass, and the filter pass with slot atomics (rows keeping few keys or many) or
+// (call_keeps_all) none, and the rescore of misjudged rows.
+enum class Pass { kSample, kFilter, kFilterDense, kFilterAll, kRescore };
+
+// Prologue, rows: their key counts, and when the pass compares with them (not in a keep-all
+// call) their thresholds; for the rescore, which rows it rescores.
+template <Pass kPass>
+__device__ void load_rows(const Params &p, const Tile &tile, int c0, const Workspace &ws, Smem &s) {
+  if (threadIdx.x >= kTileRows) return;
+  const int row = threadIdx.x, r = tile.row0 + row - c0;
+  const bool live = row < tile.rows;
+  const int keys = live ? row_tokens(p, tile.request, tile.row0 + row) / p.ratio : 0;
+  s.len[row] = keys;
+  const bool thresholds = kPass == Pass::kFilter || kPass == Pass::kFilterDense;
+  s.threshold[row] = live && thresholds ? ws.threshold[r] : 0.f;
+  if (kPass == Pass::kRescore) {
+    const unsigned rescued = __ballot_sync(0xffffu, live && row_rescued(p, ws, r, keys));
+    if (row == 0) s.rescued = rescued;
+  }
+}
+
+// Prologue, queries: the Q tile (zeros past the tile's rows) and each head's weight.
+__device__ void load_queries(const Params &p, const Tile &tile, Smem &s) {
   constexpr int kChunks = kDim / 8;  // 16-byte pieces of a head row
   for (int i = threadIdx.x; i < kHeads * kTileRows * kChunks; i += blockDim.x) {
     const int h = i / (kTileRows * kChunks), row = (i / kChunks) % kTileRows, c = i % kChunks;
@@ -91,56 +117,55 @@ __device__ void load_tile(const Params &p, const Tile &tile, int c0, const Works
   }
   for (int i = threadIdx.x; i < kHeads * kTileRows * kFrag; i += blockDim.x) {
     const int h = i / (kTileRows * kFrag), row = i / kFrag % kTileRows;
-    s.head_w[h][row][i % kFrag] =
-        row < tile.rows ? p.weights[(tile.row0 + row) * p.weights_row_stride + h] : 0.f;
+    const float w = p.weights == nullptr ? kUniformHeadWeight
+                                         : p.weights[(tile.row0 + row) * p.weights_row_stride + h];
+    s.head_w[h][row][i % kFrag] = row < tile.rows ? w : 0.f;
   }
-  if (threadIdx.x < kTileRows) {
-    const int row = threadIdx.x;
-    const bool live = row < tile.rows;
-    s.len[row] = live ? row_length(p, tile.request, tile.row0 + row) : 0;
-    s.threshold[row] = live && thresholds ? ws.threshold[tile.row0 + row - c0] : 0.f;
-  }
-}
-
-// Keys key0 .. key0+31 of request r (one page), or nullptr when the page id is out of range.
-__device__ const __half *key_group(const Params &p, int r, int row, int key0) {
-  const int page = p.block_table[r * p.block_table_stride + key0 / kPage];
-  if (page < 0 || page >= p.num_pages) {
-    report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, row, page, p.num_pages);
-    return nullptr;
-  }
-  const uint16_t *k = p.k_index + page * p.k_page_stride + (key0 % kPage) * p.k_token_stride;
-  return reinterpret_cast<const __half *>(k);
 }
 
 using Acc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 static_assert(Acc::num_elements == kAccElements, "accumulator elements per lane");
 
-// A warp's key group in flight: where this lane's pieces (key_staging.h) start, and the first
-// slice of them, loaded while the warp's previous group is still being kept. A page id out of
-// range reads as zero keys.
+// A warp's key group in flight: where this lane's pieces (key_staging.h) start, nullptr for a
+// key past the tile's rows or on an out-of-range page (both read as zero keys), and the first
+// slice of them, loaded while the warp's previous group is still being kept.
 struct KeyGroup {
   const uint4 *at[kStagePieces];
   uint4 piece[kStagePieces];
-  bool valid;
 };
 
 // This lane's pieces of dimensions d0 .. d0 + kStageDims - 1.
 __device__ __forceinline__ void load_slice(const KeyGroup &group, int d0,
                                            uint4 (&piece)[kStagePieces]) {
 #pragma unroll
-  for (int i = 0; i < kStagePieces; ++i) piece[i] = __ldg(group.at[i] + d0 / 8);
+  for (int i = 0; i < kStagePieces; ++i) {
+    piece[i] = group.at[i] == nullptr ? make_uint4(0, 0, 0, 0) : __ldg(group.at[i] + d0 / 8);
+  }
 }
 
-__device__ void fetch_group(const Params &p, const Tile &tile, int key0, KeyGroup &group) {
-  const __half *keys = key_group(p, tile.request, tile.row0, key0);
-  group.valid = keys != nullptr;
-  if (!group.valid) return;
+// The key in slot k of the warp group that starts at `first`: key first + k, or when sampling
+// the key of stratum first + k.
+template <Pass kPass>
+__device__ __forceinline__ int group_key(int first, int k) {
+  return kPass == Pass::kSample ? stratum_key(first + k) : first + k;
+}
+
+// The group starting at `first`, of a tile whose longest row sees `len` keys.
+template <Pass kPass>
+__device__ void fetch_group(const Params &p, const Tile &tile, int first, int len,
+                            KeyGroup &group) {
   const int lane = threadIdx.x % 32;
+  // Pages of 32 keys or more hold a whole filter group: one block-table read for all of it.
+  const bool one_page = kPass != Pass::kSample && keys_per_page(p) >= kKeysPerWarp;
+  const uint16_t *page = one_page ? key_address(p, tile.request, tile.row0, first) : nullptr;
 #pragma unroll
   for (int i = 0; i < kStagePieces; ++i) {
-    const __half *piece = keys + piece_key(lane, i) * p.k_token_stride + piece_dim(lane);
-    group.at[i] = reinterpret_cast<const uint4 *>(piece);
+    const int key = group_key<kPass>(first, piece_key(lane, i));
+    const uint16_t *k = key >= len ? nullptr
+                        : one_page
+                            ? (page == nullptr ? nullptr : page + (key - first) * p.k_token_stride)
+                            : key_address(p, tile.request, tile.row0, key);
+    group.at[i] = k == nullptr ? nullptr : reinterpret_cast<const uint4 *>(k + piece_dim(lane));
   }
   load_slice(group, 0, group.piece);
 }
@@ -161,7 +186,6 @@ __device__ void score_group(Smem &s, KeyGroup &group, Acc (&acc)[kHeads][kKeyFra
   for (int h = 0; h < kHeads; ++h)
 #pragma unroll
     for (int f = 0; f < kKeyFrags; ++f) wmma::fill_fragment(acc[h][f], 0.f);
-  if (!group.valid) return;
   __half(&stage)[kKeysPerWarp][kKeyLd] = s.stage[threadIdx.x / 32].keys;
 #pragma unroll  // the four slices, unrolled: 5% faster on an H200 (1024 x 131072)
   for (int d0 = 0; d0 < kDim; d0 += kStageDims) {
@@ -241,8 +265,8 @@ __device__ void store_lane_scores(const LaneScores &l, float *out) {
     dst[j] = make_float4(l.v[4 * j], l.v[4 * j + 1], l.v[4 * j + 2], l.v[4 * j + 3]);
 }
 
-// Sample pass: every score of the tile's rows, live or not (the threshold kernel masks by
-// position).
+// Sample pass: every score of the tile's rows, live or not (the threshold kernel masks the
+// strata whose key a row does not see).
 __device__ void write_samples(const LaneScores &l, const Tile &tile, int c0, int column0,
                               const Workspace &ws) {
   if (l.row >= tile.rows) return;
@@ -268,10 +292,10 @@ __device__ __forceinline__ void store_kept(const CandidateRow &row, int slot, fl
   }
 }
 
-// Keeps the keys strictly above their row's threshold as candidates and marks those equal to it
-// in the row's tie bitmap, where rows keep few of their keys: each lane compares its own 16. The
-// two lanes of a row share one slot atomic and one tie-word atomic per group (the group's 32
-// keys are one bitmap word), issued together before any slot is used.
+// Keeps the keys strictly above their row's threshold as candidates and marks and counts those
+// equal to it, where rows keep few of their keys: each lane compares its own 16. The two lanes
+// of a row share one slot atomic and the tie atomics per group (the group's 32 keys are one
+// bitmap word), issued together before any slot is used.
 __device__ void keep_candidates(const Smem &s, const LaneScores &l, const Tile &tile, int c0,
                                 const Workspace &ws) {
   const float threshold = s.threshold[l.row];
@@ -289,7 +313,10 @@ __device__ void keep_candidates(const Smem &s, const LaneScores &l, const Tile &
   const int64_t r = tile.row0 + l.row - c0;
   int base = 0;
   if (first && mine + partner > 0) base = atomicAdd(&ws.count[r], mine + partner);
-  if (first && ties != 0u) atomicOr(&ws.ties[r * ws.tie_words + l.key / 32], ties);
+  if (first && ties != 0u) {
+    atomicOr(&ws.ties[r * ws.tie_words + l.key / 32], ties);
+    atomicAdd(&ws.tied[r], __popc(ties));
+  }
   int slot = __shfl_sync(kFullMask, base, threadIdx.x % 32 & ~1) + (first ? 0 : partner);
   if (above == 0u) return;
   const CandidateRow row = candidate_row(ws, r);
@@ -320,7 +347,10 @@ __device__ void keep_candidates_dense(const Smem &s, const Tile &tile, int c0, i
   const int64_t r = tile.row0 + lane - c0;
   int base = 0;
   if (row_above != 0u) base = atomicAdd(&ws.count[r], __popc(row_above));
-  if (row_at != 0u) atomicOr(&ws.ties[r * ws.tie_words + key0 / 32], row_at);
+  if (row_at != 0u) {
+    atomicOr(&ws.ties[r * ws.tie_words + key0 / 32], row_at);
+    atomicAdd(&ws.tied[r], __popc(row_at));
+  }
   const unsigned rows = __ballot_sync(kFullMask, row_above != 0u);
 #pragma unroll
   for (int row = 0; row < kTileRows; ++row) {
@@ -333,11 +363,11 @@ __device__ void keep_candidates_dense(const Smem &s, const Tile &tile, int c0, i
   }
 }
 
-// A call whose rows all keep every key (call_keeps_all): each key's slot is its position, so no
-// counter is contended and no position is stored. The select takes count = L from the same row
-// length: every slot below it is written here.
-__device__ void keep_every_key(const LaneScores &l, const Tile &tile, int c0, const Workspace &ws) {
-  float *out = ws.cand_score + (int64_t)(tile.row0 + l.row - c0) * kCandidates + l.key;
+// Every live score of the lane's row at column = key of `scores` (the row's): a keep-all call's
+// kept scores (call_keeps_all), where no counter is contended and no position is stored, and the
+// select takes count = G from the same row length; and a rescued row's stored scores.
+__device__ void store_every_key(const LaneScores &l, float *scores) {
+  float *out = scores + l.key;
   if (l.live == (1u << kLaneKeys) - 1u) {
     store_lane_scores(l, out);
     return;
@@ -349,44 +379,64 @@ __device__ void keep_every_key(const LaneScores &l, const Tile &tile, int c0, co
 }
 
 // Keys the tile's rows need scored: none when every row sees at most K keys (it takes them all),
-// nor, when sampling, when every row keeps all its keys (keeps_all: no threshold to find).
-__device__ int tile_length(const Params &p, const Smem &s, bool sampling) {
+// nor, when sampling, when every row keeps all its keys (keeps_all: no threshold to find); when
+// rescoring, those of the rescored rows.
+template <Pass kPass>
+__device__ int tile_length(const Params &p, const Smem &s) {
   int len = 0;
-  for (int row = 0; row < kTileRows; ++row) len = max(len, s.len[row]);
-  return len > (sampling ? max(p.topk, kKeepAllMaxLen) : p.topk) ? len : 0;
+  for (int row = 0; row < kTileRows; ++row) {
+    if (kPass != Pass::kRescore || (s.rescued >> row & 1u)) len = max(len, s.len[row]);
+  }
+  const int taken_whole = kPass == Pass::kSample ? max(topk_keys(p), kKeepAllMaxLen) : topk_keys(p);
+  return len > taken_whole ? len : 0;
 }
 
-// The sample pass, and the filter pass with slot atomics (rows keeping few keys or many) or
-// (call_keeps_all) none.
-enum class Pass { kSample, kFilter, kFilterDense, kFilterAll };
+// Keys a warp group spans: 32, or 32 strata when sampling.
+template <Pass kPass>
+__host__ __device__ constexpr int group_span() {
+  return kPass == Pass::kSample ? kSampleGroup * kStratum : kKeysPerWarp;
+}
 
 template <Pass kPass>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
-    qsa_index_score_wmma(const Params p, int c0, int c1, const Workspace ws, int groups_per_block) {
+    qsa_index_score_wmma(const Params p, const Rows rows, const Workspace ws,
+                         int groups_per_block) {
   __shared__ Smem s;
   Tile tile;
-  constexpr bool kSample = kPass == Pass::kSample;
-  if (!find_tile(p, c0, c1, blockIdx.x, &tile)) return;
-  load_tile(p, tile, c0, ws, kPass == Pass::kFilter || kPass == Pass::kFilterDense, s);
+  if (!find_tile(p, rows, blockIdx.x, &tile)) return;
+  const int c0 = rows.c0;
+  // Prologue
+  load_rows<kPass>(p, tile, c0, ws, s);
   __syncthreads();
-  const int len = tile_length(p, s, kSample);
+  if (kPass == Pass::kRescore && s.rescued == 0u) return;  // almost every block
+  const int len = tile_length<kPass>(p, s);
+  if (len == 0) return;
+  load_queries(p, tile, s);
+  __syncthreads();
+  // Main loop: this warp's groups of the block's range, one in flight ahead.
   const int warp = threadIdx.x / 32;
-  // Key groups this warp scores: every 16th group when sampling, all of them when filtering.
-  const int stride = kSample ? kSampleSpan : kKeysPerWarp;
+  constexpr int kSpan = group_span<kPass>();
   const int first = blockIdx.y * groups_per_block, end = first + groups_per_block;
-  auto scored = [&](int g) { return g < end && g * stride < len; };
+  auto scored = [&](int g) { return g < end && g * kSpan < len; };
+  auto group_start = [](int g) { return kPass == Pass::kSample ? g * kSampleGroup : g * kSpan; };
   KeyGroup keys;
-  if (scored(first + warp)) fetch_group(p, tile, (first + warp) * stride, keys);
+  if (scored(first + warp)) fetch_group<kPass>(p, tile, group_start(first + warp), len, keys);
   for (int g = first + warp; scored(g); g += kWarps) {
-    const int key0 = g * stride;
+    const int key0 = g * kKeysPerWarp;  // of the filter and rescore; stratum 32g when sampling
     Acc acc[kHeads][kKeyFrags];
     score_group(s, keys, acc);
-    if (scored(g + kWarps)) fetch_group(p, tile, key0 + kWarps * stride, keys);
+    if (scored(g + kWarps)) fetch_group<kPass>(p, tile, group_start(g + kWarps), len, keys);
     store_scores(s, acc);
-    if (kSample) {
-      write_samples(lane_scores(s, key0), tile, c0, g * kSampleGroup, ws);
+    // Epilogue
+    if (kPass == Pass::kSample) {
+      write_samples(lane_scores(s, key0), tile, c0, key0, ws);
     } else if (kPass == Pass::kFilterAll) {
-      keep_every_key(lane_scores(s, key0), tile, c0, ws);
+      const LaneScores l = lane_scores(s, key0);
+      store_every_key(l, ws.cand_score + (int64_t)(tile.row0 + l.row - c0) * kCandidates);
+    } else if (kPass == Pass::kRescore) {
+      const LaneScores l = lane_scores(s, key0);
+      const int64_t stored_row = tile.row0 + l.row - rows.begin;
+      if (s.rescued >> l.row & 1u) store_every_key(l, ws.stored + stored_row * ws.stored_ld);
     } else if (kPass == Pass::kFilterDense) {
       keep_candidates_dense(s, tile, c0, key0, ws);
     } else {
@@ -395,9 +445,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   }
 }
 
-dim3 score_grid(const Params &p, int c0, int c1, int keys_per_block) {
-  return dim3(varlen_slots(c1 - c0, kTileRows, p.requests),
-              (p.max_seq_len + keys_per_block - 1) / keys_per_block);
+dim3 score_grid(const Params &p, const Rows &rows, int keys_per_block) {
+  return dim3(varlen_slots(rows.end - rows.begin, kTileRows, p.requests),
+              (max_keys(p) + keys_per_block - 1) / keys_per_block);
 }
 
 // A scorer launch: key groups per block and the grid they give.
@@ -407,45 +457,51 @@ struct ScoreShape {
 };
 
 // The most key groups per block, down to min_groups, that still give the GPU kMinBlocks blocks;
-// group g starts at key g * stride. Measured on an H200 (1024 rows, K 2048): a fixed 64 groups
-// per block left the sample pass a few hundred blocks, costing 9% of the index at 32K keys.
-ScoreShape score_shape(const Params &p, int c0, int c1, int stride, int min_groups) {
-  ScoreShape shape{kMaxGroupsPerBlock, score_grid(p, c0, c1, kMaxGroupsPerBlock * stride)};
+// a group spans `span` keys. Measured on an H200 (1024 rows, K 2048): a fixed 64 groups per
+// block left the sample pass a few hundred blocks, costing 9% of the index at 32K keys.
+ScoreShape score_shape(const Params &p, const Rows &rows, int span, int min_groups) {
+  ScoreShape shape{kMaxGroupsPerBlock, score_grid(p, rows, kMaxGroupsPerBlock * span)};
   while (shape.groups > min_groups && (int64_t)shape.grid.x * shape.grid.y < kMinBlocks) {
     shape.groups /= 2;
-    shape.grid = score_grid(p, c0, c1, shape.groups * stride);
+    shape.grid = score_grid(p, rows, shape.groups * span);
   }
   return shape;
 }
 
 template <Pass kPass>
-void launch_score(const Params &p, int c0, int c1, const Workspace &w, const ScoreShape &shape,
+void launch_score(const Params &p, const Rows &rows, const Workspace &w, int min_groups,
                   cudaStream_t stream) {
+  const ScoreShape shape = score_shape(p, rows, group_span<kPass>(), min_groups);
   prefer_max_carveout(qsa_index_score_wmma<kPass>);  // three blocks of 31 KB per V100 SM
-  qsa_index_score_wmma<kPass><<<shape.grid, kWarps * 32, 0, stream>>>(p, c0, c1, w, shape.groups);
+  qsa_index_score_wmma<kPass><<<shape.grid, kWarps * 32, 0, stream>>>(p, rows, w, shape.groups);
 }
 
 }  // namespace
 
 uint32_t score_smem_bytes() { return sizeof(Smem); }
 
-void launch_sample(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
+void launch_sample(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
   if (call_keeps_all(p)) return;  // no row needs samples
-  launch_score<Pass::kSample>(p, c0, c1, w, score_shape(p, c0, c1, kSampleSpan, kWarps), stream);
+  launch_score<Pass::kSample>(p, rows, w, kWarps, stream);
 }
 
-void launch_filter(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  const ScoreShape shape = score_shape(p, c0, c1, kKeysPerWarp, kFilterMinGroupsPerBlock);
+void launch_filter(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
   // Rows keep about 16 sample_rank(K) keys; coalescing their stores pays when that is an eighth
-  // of the context or more. H200, 1024 rows, K 2048, ms, dense against not: 8K keys 0.162 /
-  // 0.213, 16K 0.216 / 0.239, 32K 0.329 / 0.324, 64K 0.538 / 0.515, 131072 0.946 / 0.907.
+  // of the row or more (H200, 1024 rows, K 2048: 8K keys 25% faster, 131072 keys 4% slower).
   if (call_keeps_all(p)) {
-    launch_score<Pass::kFilterAll>(p, c0, c1, w, shape, stream);
-  } else if (16ll * sample_rank(p.topk) * 8 >= p.max_seq_len) {
-    launch_score<Pass::kFilterDense>(p, c0, c1, w, shape, stream);
+    launch_score<Pass::kFilterAll>(p, rows, w, kFilterMinGroupsPerBlock, stream);
+  } else if (16ll * sample_rank(topk_keys(p)) * 8 >= max_keys(p)) {
+    launch_score<Pass::kFilterDense>(p, rows, w, kFilterMinGroupsPerBlock, stream);
   } else {
-    launch_score<Pass::kFilter>(p, c0, c1, w, shape, stream);
+    launch_score<Pass::kFilter>(p, rows, w, kFilterMinGroupsPerBlock, stream);
   }
+}
+
+// Over the rescue group's tiles: a block whose rows were all judged right returns after reading
+// their counters.
+void launch_rescore(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
+  if (call_keeps_all(p)) return;  // every row keeps all its keys
+  launch_score<Pass::kRescore>(p, rows, w, kFilterMinGroupsPerBlock, stream);
 }
 
 }  // namespace sm70ops::qsa_index

@@ -1,15 +1,17 @@
-// QSA index selection: per row, the threshold from the samples, then the exact top-K and its
-// expansion to pages and 64-bit masks.
+// QSA index selection: per row, the threshold from the samples, then the exact top K of its
+// keys, and the expansion of its token set (the selected groups' tokens and the tail) to
+// pages and 64-bit token masks.
 //
-//   threshold  the sample_rank(K)-th largest sample of the row (-inf when the row keeps all its
-//              keys, or has fewer samples; +inf when it sees at most K keys and takes them all).
+//   threshold  the sample_rank(K)-th largest of the row's samples (-inf when the row keeps all
+//              its keys, or has fewer samples; +inf when it sees at most K keys and takes them
+//              all).
 //   select     with at least K keys above the threshold: radix select of the top K among them in
 //              shared memory; with fewer: all of them, and the lowest-position keys tied at the
-//              threshold. A row the sample misjudged (too few kept, or more than kCandidates) is
-//              rescued: the same selection over scores recomputed on CUDA cores, exact but slow.
-//              The selection is a bitmap in shared memory whose 64-bit words are the pages'
-//              masks, so indices and expansion come out of one ordered scan. A row of at most
-//              K keys needs none of this: emit_every_key writes all of them out directly.
+//              threshold. A row the filter misjudged (row_rescued) was rescored with every score
+//              stored: the same radix select runs over those, level by level from the
+//              workspace. The selection is a bitmap of keys in shared memory, so indices and
+//              expansion come out of one ordered scan. A row of at most K keys needs none of
+//              this: emit_every_token writes all of its tokens out directly.
 #include <cuda_fp16.h>
 
 #include "kernels/common/radix_select.cuh"
@@ -23,101 +25,71 @@ constexpr int kThreads = 512;
 
 // ---- threshold
 
+// The samples of one row as order keys, after the radix scratch.
 struct ThresholdSmem {
   RadixScratch radix;
-  uint32_t keys[SM70_QSA_INDEX_MAX_SEQ_LEN / kSampleSpan * kSampleGroup];
+  __device__ uint32_t *keys() { return reinterpret_cast<uint32_t *>(this + 1); }
 };
+constexpr uint32_t threshold_bytes(int keys) {
+  return sizeof(ThresholdSmem) + sample_ld(keys) * sizeof(uint32_t);
+}
+static_assert(threshold_bytes(kMaxKeys) <= kV100SmemBytes, "a V100 block holds at most 96 KB");
+
+// Strata of a row of `keys` keys whose sampled key it sees: all but perhaps the last.
+__device__ __forceinline__ int live_strata(int keys) {
+  const int whole = keys / kStratum;
+  return whole + (keys % kStratum != 0 && stratum_key(whole) < keys);
+}
 
 __global__ void __launch_bounds__(kThreads)
     qsa_index_threshold(const Params p, int c0, const Workspace ws, int rank) {
-  __shared__ ThresholdSmem s;
+  extern __shared__ __align__(16) unsigned char smem[];
+  ThresholdSmem &s = *reinterpret_cast<ThresholdSmem *>(smem);
   const int t = c0 + blockIdx.x, r = row_request(p, t);
-  const int len = r < 0 ? 0 : row_length(p, r, t);
-  const int n = sample_groups(len) * kSampleGroup;
+  const int keys = r < 0 ? 0 : row_tokens(p, r, t) / p.ratio;
   const float *samples = ws.samples + (int64_t)blockIdx.x * ws.sample_ld;
-  const int valid = len / kSampleSpan * kSampleGroup + min(kSampleGroup, len % kSampleSpan);
-  float threshold = INFINITY;  // L <= K: every key is taken, no candidate is needed
-  const bool unsampled = keeps_all(len) || valid < rank;
-  if (len > p.topk && unsampled) threshold = -INFINITY;
-  if (len > p.topk && !unsampled) {
-    for (int i = threadIdx.x; i < n; i += kThreads) {  // samples past L rank below every score
-      const bool live = (i / kSampleGroup) * kSampleSpan + i % kSampleGroup < len;
-      s.keys[i] = live ? order_key(samples[i]) : 0u;
+  float threshold = INFINITY;  // G <= K: every key is taken, no candidate is needed
+  const bool unsampled = keeps_all(keys) || live_strata(keys) < rank;
+  if (keys > topk_keys(p) && unsampled) threshold = -INFINITY;
+  if (keys > topk_keys(p) && !unsampled) {
+    const int n = strata(keys);
+    for (int i = threadIdx.x; i < n; i += kThreads) {  // unseen keys rank below every score
+      s.keys()[i] = stratum_key(i) < keys ? order_key(samples[i]) : 0u;
     }
     __syncthreads();
-    threshold = key_value(kth_largest_key<kThreads>(s.keys, n, rank, s.radix));
+    threshold = key_value(kth_largest_key<kThreads>(s.keys(), n, rank, s.radix));
   }
   if (threadIdx.x == 0) {
     ws.threshold[blockIdx.x] = threshold;
     ws.count[blockIdx.x] = 0;
+    ws.tied[blockIdx.x] = 0;
   }
   uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
-  for (int w = threadIdx.x; w < ws.tie_words; w += kThreads) ties[w] = 0;
+  for (int w = threadIdx.x; w < tie_words(keys); w += kThreads) ties[w] = 0;
 }
 
 // ---- select
 
-// Row `row` of request `request`, `len` keys, whose scores a rescue recomputes on CUDA cores:
-// its queries and weights, in shared memory (SelectSmem) with the rest, since held in registers
-// across the rescue they spilled at a V100's 64 a thread (what two blocks of 512 threads per SM
-// leave). The keys' layout is read from the kernel's parameters where a score needs it.
-struct RecomputedRow {
-  __half q[kHeads][kDim];
-  float w[kHeads];
-  int request;
-  int row;
-  int len;
-
-  __device__ float score(const Params &p, int j) const {
-    const int page = p.block_table[request * p.block_table_stride + j / kPage];
-    if (page < 0 || page >= p.num_pages) {  // as the scorer: zero keys
-      report_bad_index(p.checked, SM70_CHECKED_PAGE_ID, row, page, p.num_pages);
-      return 0.f;
-    }
-    const uint4 *k = reinterpret_cast<const uint4 *>(p.k_index + page * p.k_page_stride +
-                                                     (j % kPage) * p.k_token_stride);
-    float dot[kHeads] = {0.f, 0.f, 0.f, 0.f};
-    for (int c = 0; c < kDim / 8; ++c) {
-      const uint4 raw = k[c];
-      const __half2 *kh = reinterpret_cast<const __half2 *>(&raw);
-#pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
-        const __half2 *qh = reinterpret_cast<const __half2 *>(&q[h][c * 8]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 a = __half22float2(qh[e]), b = __half22float2(kh[e]);
-          dot[h] += a.x * b.x + a.y * b.y;
-        }
-      }
-    }
-    float v = 0.f;
-#pragma unroll
-    for (int h = 0; h < kHeads; ++h) v += w[h] * fmaxf(dot[h], 0.f);
-    return v;
-  }
-};
-
 // A select block's shared memory: the candidates' keys, and after them the selection bitmap,
 // sized for the call's longest row (select_smem_bytes). The candidates' positions stay in the
-// workspace: only the keys a selection takes, and ties at its cut, read theirs. Up to about 55K
-// keys a block then fits twice in a V100 SM's 96 KB (41 KB and a bit per key), where with the
-// positions and a bitmap for 131072 keys (89 KB) it fitted once.
+// workspace: only the keys a selection takes, and ties at its cut, read theirs. A bit per key
+// keeps two blocks on a V100 SM up to about 55K keys (41 KB and the bitmap).
 struct SelectSmem {
   RadixScratch radix;
   uint32_t cand_key[kCandidates];
-  RecomputedRow rescued;
   uint32_t cand_count;
 
-  // Bit j of word w: position 32 w + j is selected.
+  // Bit j of word w: key 32 w + j is selected.
   __device__ uint32_t *bitmap() { return reinterpret_cast<uint32_t *>(this + 1); }
 };
 
-// Bitmap words for a row of `len` keys: whole pages, so that each pair of words is a page mask.
-__host__ __device__ constexpr int bitmap_words(int len) { return 2 * ((len + kPage - 1) / kPage); }
-constexpr uint32_t smem_bytes(int max_seq_len) {
-  return sizeof(SelectSmem) + bitmap_words(max_seq_len) * sizeof(uint32_t);
+// Bitmap words for a row of `keys` keys: whole 64-key spans, so that a page's keys (4 to 64 of
+// them, a power of two) never straddle the bitmap's end.
+__host__ __device__ constexpr int bitmap_words(int keys) { return 2 * ((keys + 63) / 64); }
+constexpr uint32_t smem_bytes(int keys) {
+  return sizeof(SelectSmem) + bitmap_words(keys) * sizeof(uint32_t);
 }
-constexpr uint32_t kMostSmemBytes = smem_bytes(SM70_QSA_INDEX_MAX_SEQ_LEN);
+constexpr uint32_t kMostSmemBytes = smem_bytes(kMaxKeys);
 static_assert(kMostSmemBytes <= kV100SmemBytes, "a V100 block holds at most 96 KB");
 
 // Where the candidates' positions are: the row's slots in the workspace, or none in a keep-all
@@ -143,11 +115,37 @@ struct Cut {
   int tie_need;
 };
 
+// Whether every one of the n candidates that matches r has the same key (then in s.radix.key):
+// one pass, a warp reduction and one barrier's worth of shared scratch.
+__device__ bool all_equal(int n, const Radix r, SelectSmem &s) {
+  uint32_t lo = ~0u, hi = 0u;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const uint32_t k = s.cand_key[i];
+    if (matches(k, r)) lo = min(lo, k), hi = max(hi, k);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = min(lo, __shfl_xor_sync(kFullMask, lo, offset));
+    hi = max(hi, __shfl_xor_sync(kFullMask, hi, offset));
+  }
+  constexpr int kWarps = kThreads / 32;
+  static_assert(2 * kWarps <= sizeof(s.radix.scan) / sizeof(int), "a warp's lo and hi");
+  uint32_t *bounds = reinterpret_cast<uint32_t *>(s.radix.scan);
+  if (threadIdx.x % 32 == 0) bounds[threadIdx.x / 32] = lo, bounds[kWarps + threadIdx.x / 32] = hi;
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) lo = min(lo, bounds[w]), hi = max(hi, bounds[kWarps + w]);
+  if (threadIdx.x == 0) s.radix.key = lo;
+  __syncthreads();  // bounds are read before the scratch is reused
+  return lo == hi;
+}
+
 // The cut of the top r.need of the n candidates matching r, from level `level` on, whose
 // histogram is already in s.radix when `counted`. Stops as soon as the chosen bin is taken whole
 // (scores are spread, so that is usually a level or two early): the keys at or above its lowest
-// one are then exactly the top r.need.
+// one are then exactly the top r.need. When a level finds every candidate left in one bin (a
+// row of equal scores), a pass that checks whether they share one key spares the levels below:
+// ties decide.
 __device__ Cut find_cut(int n, Radix r, int level, bool counted, SelectSmem &s) {
+  uint32_t left = n;  // the candidates matching r
   for (;; ++level, counted = false) {
     const int width = radix_bits(level);
     if (!counted) key_histogram<kThreads>(s.cand_key, n, r, width, s.radix);
@@ -155,15 +153,30 @@ __device__ Cut find_cut(int n, Radix r, int level, bool counted, SelectSmem &s) 
     const Radix next = narrowed(r, width, s.radix);
     if (s.radix.in_bin == (uint32_t)next.need) return Cut{next.prefix << (32 - next.consumed), -1};
     if (next.consumed == 32) return Cut{next.prefix, next.need};
+    if (s.radix.in_bin == left && all_equal(n, next, s)) return Cut{s.radix.key, next.need};
+    left = s.radix.in_bin;
     r = next;
   }
 }
 
-// Candidates equal to the cut's key, in no order: the `need` lowest positions win. Positions are
-// unique, so rewriting each tie's key as its inverted position and selecting the `need` largest
-// of those resolves the ties exactly; other candidates drop to key 0.
+// Candidates equal to the cut's key, in no order: the `need` lowest positions win. Where slot i
+// holds position i (pos NULL: a keep-all call), those are the first `need` ties in slot order.
+// Otherwise positions are unique, so rewriting each tie's key as its inverted position and
+// selecting the `need` largest of those resolves the ties exactly; other candidates drop to 0.
 __device__ void take_candidate_ties(int n, uint32_t key, int need, const int32_t *pos,
                                     SelectSmem &s) {
+  if (pos == nullptr) {
+    int taken = 0;
+    for (int base = 0; base < n && taken < need; base += kThreads) {
+      const int i = base + threadIdx.x;
+      const bool tie = i < n && s.cand_key[i] == key;
+      int total;
+      const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
+      mark_word(tie && rank < need, i, s);
+      taken += total;
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < n; i += kThreads) {
     s.cand_key[i] = s.cand_key[i] == key ? ~(uint32_t)candidate_position(pos, i) : 0u;
   }
@@ -187,13 +200,20 @@ __device__ void take_cut(int n, const Cut cut, const int32_t *pos, SelectSmem &s
   take_candidate_ties(n, cut.key, cut.tie_need, pos, s);
 }
 
-// ---- rescue: the row's scores recomputed on CUDA cores, one key per thread
+// ---- a rescored row: the same selection over all of its stored scores, one key per thread
 
-// A rescue collects at most half as many candidates as the filter may keep: their positions
-// take the other half of the keys' array.
-constexpr int kRescueCandidates = kCandidates / 2;
-__device__ __forceinline__ int32_t *rescue_positions(SelectSmem &s) {
-  return reinterpret_cast<int32_t *>(s.cand_key + kRescueCandidates);
+// A rescored row's scores in the workspace, slot = key.
+struct StoredRow {
+  const float *score;
+  int len;
+  __device__ __forceinline__ uint32_t key(int i) const { return order_key(score[i]); }
+};
+
+// A stored row's selection collects at most half as many candidates as the filter may keep:
+// their positions take the other half of the keys' array.
+constexpr int kStoredCandidates = kCandidates / 2;
+__device__ __forceinline__ int32_t *stored_positions(SelectSmem &s) {
+  return reinterpret_cast<int32_t *>(s.cand_key + kStoredCandidates);
 }
 
 // Appends the lanes' keys with `take` to the candidates: one shared atomic per warp.
@@ -201,22 +221,22 @@ __device__ __forceinline__ void collect_candidate(bool take, uint32_t key, int p
                                                   SelectSmem &s) {
   const unsigned takers = __ballot_sync(kFullMask, take);
   const uint32_t slot = warp_reserve(&s.cand_count, takers);
-  if (!take || slot >= (uint32_t)kRescueCandidates) return;  // the histogram counted at most that
+  if (!take || slot >= (uint32_t)kStoredCandidates) return;  // the histogram counted at most that
   s.cand_key[slot] = key;
-  rescue_positions(s)[slot] = position;
+  stored_positions(s)[slot] = position;
 }
 
 // One pass over the row after level `width` chose a bin: marks the keys above it, and either
 // histograms the next level over the keys in it or collects them as candidates.
-__device__ void rescue_pass(const Params &p, const RecomputedRow &row, const Radix r, int width,
-                            bool collect, int next_width, SelectSmem &s) {
+__device__ void stored_pass(const StoredRow &row, const Radix r, int width, bool collect,
+                            int next_width, SelectSmem &s) {
   const uint32_t bin = s.radix.bin;
   const Radix next = narrowed(r, width, s.radix);
   __syncthreads();  // s.radix.bin is read before the histogram is cleared
   if (!collect && next.consumed < 32) clear_histogram<kThreads>(next_width, s.radix);
   for (int base = 0; base < row.len; base += kThreads) {
     const int i = base + threadIdx.x;
-    const uint32_t k = i < row.len ? order_key(row.score(p, i)) : 0u;
+    const uint32_t k = i < row.len ? row.key(i) : 0u;
     const bool live = i < row.len && matches(k, r);
     const uint32_t d = live ? digit(k, r.consumed, width) : 0u;
     mark_word(live && d > bin, i, s);
@@ -231,12 +251,11 @@ __device__ void rescue_pass(const Params &p, const RecomputedRow &row, const Rad
 }
 
 // The first `need` positions whose key equals the full prefix (ties go low).
-__device__ void take_row_ties(const Params &p, const RecomputedRow &row, const Radix full,
-                              SelectSmem &s) {
+__device__ void take_stored_ties(const StoredRow &row, const Radix full, SelectSmem &s) {
   int taken = 0;
   for (int base = 0; base < row.len && taken < full.need; base += kThreads) {
     const int i = base + threadIdx.x;
-    const bool tie = i < row.len && order_key(row.score(p, i)) == full.prefix;
+    const bool tie = i < row.len && row.key(i) == full.prefix;
     int total;
     const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
     mark_word(tie && rank < full.need, i, s);
@@ -244,13 +263,15 @@ __device__ void take_row_ties(const Params &p, const RecomputedRow &row, const R
   }
 }
 
-__device__ void rescue(const Params &p, const RecomputedRow &row, SelectSmem &s) {
-  Radix r{0u, 0, p.topk};
+// Each radix level reads the row's stored scores once: two passes when the bin holding the K-th
+// key is small (the common case), at most five (every score a tie).
+__device__ void select_stored(const Params &p, const StoredRow &row, SelectSmem &s) {
+  Radix r{0u, 0, topk_keys(p)};
   if (threadIdx.x == 0) s.cand_count = 0;
   clear_histogram<kThreads>(radix_bits(0), s.radix);
   for (int base = 0; base < row.len; base += kThreads) {
     const int i = base + threadIdx.x;
-    const uint32_t k = i < row.len ? order_key(row.score(p, i)) : 0u;
+    const uint32_t k = i < row.len ? row.key(i) : 0u;
     histogram_add(i < row.len, digit(k, 0, radix_bits(0)), s.radix.hist);
   }
   __syncthreads();
@@ -260,19 +281,20 @@ __device__ void rescue(const Params &p, const RecomputedRow &row, SelectSmem &s)
     const Radix next = narrowed(r, width, s.radix);
     const uint32_t in_bin = s.radix.in_bin;
     const bool last = next.consumed == 32;
-    const bool collect = !last && in_bin <= (uint32_t)kRescueCandidates;
-    rescue_pass(p, row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
-    if (last) return take_row_ties(p, row, next, s);
+    const bool collect = !last && in_bin <= (uint32_t)kStoredCandidates;
+    stored_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
+    if (last) return take_stored_ties(row, next, s);
     if (collect) {
       const Cut cut = find_cut((int)in_bin, next, level + 1, false, s);
-      return take_cut((int)in_bin, cut, rescue_positions(s), s);
+      return take_cut((int)in_bin, cut, stored_positions(s), s);
     }
     r = next;
   }
 }
 
-// ---- emission: each thread takes a contiguous run of words (pages), so one block scan orders
-// the whole row
+// ---- emission of the row's token set S: the selected groups' tokens, then the tail tokens c*G
+// .. L-1, which lie above every group. Each thread takes a contiguous run of words (pages), so
+// one block scan orders the whole row.
 
 __device__ __forceinline__ int run_begin(int n) {
   return min(threadIdx.x * ((n + kThreads - 1) / kThreads), n);
@@ -281,34 +303,74 @@ __device__ __forceinline__ int run_end(int n) {
   return min((threadIdx.x + 1) * ((n + kThreads - 1) / kThreads), n);
 }
 
-__device__ void emit_topk_idx(const Params &p, int t, int words, SelectSmem &s) {
-  int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
+// A row: its tokens L and complete groups G = floor(L / c).
+struct RowSet {
+  int t;       // the row
+  int tokens;  // L
+  int keys;    // G
+};
+
+__device__ void emit_topk_idx(const Params &p, const RowSet &row, SelectSmem &s) {
+  int32_t *out = p.topk_idx + (int64_t)row.t * p.topk_idx_stride;
+  const int words = bitmap_words(row.keys), c = p.ratio;
   const int w0 = run_begin(words), w1 = run_end(words);
   int selected = 0;
   const uint32_t *bitmap = s.bitmap();
   for (int w = w0; w < w1; ++w) selected += __popc(bitmap[w]);
   int total;
-  int slot = block_exclusive_scan<kThreads>(selected, s.radix.scan, &total);
+  int slot = c * block_exclusive_scan<kThreads>(selected, s.radix.scan, &total);
   for (int w = w0; w < w1; ++w) {
-    for (uint32_t bits = bitmap[w]; bits; bits &= bits - 1) out[slot++] = w * 32 + __ffs(bits) - 1;
+    for (uint32_t bits = bitmap[w]; bits; bits &= bits - 1) {
+      const int first = (w * 32 + __ffs(bits) - 1) * c;
+      for (int i = 0; i < c; ++i) out[slot++] = first + i;
+    }
   }
-  for (int i = total + threadIdx.x; i < p.topk; i += kThreads) out[i] = -1;
+  const int tail0 = row.keys * c, set_size = total * c + (row.tokens - tail0);
+  for (int i = total * c + threadIdx.x; i < set_size; i += kThreads) {
+    out[i] = tail0 + i - total * c;
+  }
+  for (int i = set_size + threadIdx.x; i < p.topk + c - 1; i += kThreads) out[i] = -1;
 }
 
-__device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
-  int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
-  uint64_t *masks = p.sel_mask + (int64_t)t * p.sel_mask_stride;
+// The token mask of `bits`, keys of c tokens each: key b covers bits c*b .. c*b + c - 1.
+__device__ __forceinline__ uint64_t token_mask(uint64_t bits, int c) {
+  if (c == 1) return bits;
+  uint64_t mask = 0;
+  for (; bits; bits &= bits - 1) mask |= ((1ull << c) - 1) << (c * (__ffsll(bits) - 1));
+  return mask;
+}
+
+// Token mask of page `page`: its selected groups' tokens, and the tail tokens when it holds
+// them (the tail lies in one page: P is a multiple of c).
+__device__ uint64_t page_mask(const Params &p, const RowSet &row, int page,
+                              const uint32_t *bitmap) {
+  const int c = p.ratio, kpp = keys_per_page(p), key0 = page * kpp;
+  uint64_t keys = 0;
+  if (key0 < row.keys) {  // pages past the groups hold no bit of the bitmap
+    keys = kpp == 64 ? bitmap[key0 / 32] | (uint64_t)bitmap[key0 / 32 + 1] << 32
+                     : bitmap[key0 / 32] >> (key0 % 32) & (kpp == 32 ? ~0u : (1u << kpp) - 1);
+  }
+  uint64_t mask = token_mask(keys, c);
+  const int tail0 = row.keys * c;
+  if (row.tokens > tail0 && tail0 / p.page_size == page) {
+    const int first = tail0 % p.page_size, count = row.tokens - tail0;
+    mask |= ((1ull << count) - 1) << first;
+  }
+  return mask;
+}
+
+__device__ void emit_pages(const Params &p, const RowSet &row, SelectSmem &s) {
+  int32_t *blocks = p.sel_blocks + (int64_t)row.t * p.sel_blocks_stride;
+  uint64_t *masks = p.sel_mask + (int64_t)row.t * p.sel_mask_stride;
+  const int pages = (row.tokens + p.page_size - 1) / p.page_size;
   const int g0 = run_begin(pages), g1 = run_end(pages);
   const uint32_t *bitmap = s.bitmap();
-  auto mask_of = [&](int g) {
-    return (uint64_t)bitmap[2 * g] | ((uint64_t)bitmap[2 * g + 1] << 32);
-  };
   int used = 0;
-  for (int g = g0; g < g1; ++g) used += mask_of(g) != 0;
+  for (int g = g0; g < g1; ++g) used += page_mask(p, row, g, bitmap) != 0;
   int total;
   int slot = block_exclusive_scan<kThreads>(used, s.radix.scan, &total);
   for (int g = g0; g < g1; ++g) {
-    const uint64_t mask = mask_of(g);
+    const uint64_t mask = page_mask(p, row, g, bitmap);
     if (mask != 0) {
       blocks[slot] = g;
       masks[slot++] = mask;
@@ -318,24 +380,27 @@ __device__ void emit_pages(const Params &p, int t, int pages, SelectSmem &s) {
     blocks[i] = -1;
     masks[i] = 0;
   }
-  if (threadIdx.x == 0) p.sel_count[t] = total;
+  if (threadIdx.x == 0) p.sel_count[row.t] = total;
 }
 
-// A row of at most K keys selects them all: positions 0..L-1, every page whole but the last.
-__device__ void emit_every_key(const Params &p, int t, int len, int pages) {
-  int32_t *out = p.topk_idx + (int64_t)t * p.topk_idx_stride;
-  for (int i = threadIdx.x; p.topk_idx != nullptr && i < p.topk; i += kThreads) {
-    out[i] = i < len ? i : -1;
+// A row of at most K keys takes every group and the tail: all of its L tokens, every page whole
+// but the last.
+__device__ void emit_every_token(const Params &p, const RowSet &row) {
+  int32_t *out = p.topk_idx + (int64_t)row.t * p.topk_idx_stride;
+  for (int i = threadIdx.x; p.topk_idx != nullptr && i < p.topk + p.ratio - 1; i += kThreads) {
+    out[i] = i < row.tokens ? i : -1;
   }
   if (p.sel_blocks == nullptr) return;
-  int32_t *blocks = p.sel_blocks + (int64_t)t * p.sel_blocks_stride;
-  uint64_t *masks = p.sel_mask + (int64_t)t * p.sel_mask_stride;
+  int32_t *blocks = p.sel_blocks + (int64_t)row.t * p.sel_blocks_stride;
+  uint64_t *masks = p.sel_mask + (int64_t)row.t * p.sel_mask_stride;
+  const int pages = (row.tokens + p.page_size - 1) / p.page_size;
+  const uint64_t whole = p.page_size == 64 ? ~0ull : (1ull << p.page_size) - 1;
   for (int g = threadIdx.x; g < p.sel_width; g += kThreads) {
-    const int rest = len - g * kPage;
+    const int rest = row.tokens - g * p.page_size;
     blocks[g] = g < pages ? g : -1;
-    masks[g] = rest >= kPage ? ~0ull : rest > 0 ? (1ull << rest) - 1 : 0ull;
+    masks[g] = rest >= p.page_size ? whole : rest > 0 ? (1ull << rest) - 1 : 0ull;
   }
-  if (threadIdx.x == 0) p.sel_count[t] = pages;
+  if (threadIdx.x == 0) p.sel_count[row.t] = pages;
 }
 
 // The first `need` set bits of the row's tie bitmap, in position order, into the selection. Its
@@ -355,107 +420,98 @@ __device__ void take_ties(const uint32_t *ties, int words, int need, SelectSmem 
   }
 }
 
-// The top K from what the filter kept. False when it kept too little or too much: rescue the row.
-__device__ bool select_kept(const Params &p, const Workspace &ws, int len, SelectSmem &s) {
-  // A keep-all call's filter put key j in slot j, with no counter: all L are kept.
+// The top K from what the filter kept of chunk row r, which row_rescued judged enough: at least K
+// with the ties, at most kCandidates.
+__device__ void select_kept(const Params &p, const Workspace &ws, int r, int keys, SelectSmem &s) {
+  // A keep-all call's filter put key j in slot j, with no counter: all G are kept.
   const bool slot_is_position = call_keeps_all(p);
-  const int n = slot_is_position ? len : ws.count[blockIdx.x];
-  if (n > kCandidates) return false;
-  const int64_t row = (int64_t)blockIdx.x * kCandidates;
-  const int32_t *pos = slot_is_position ? nullptr : ws.cand_pos + row;
-  const uint32_t *ties = ws.ties + (int64_t)blockIdx.x * ws.tie_words;
-  const int words = (len + 31) / 32;
-  int tied = 0;
-  if (n < p.topk) {  // every kept key is taken: are there enough ties to fill up to K?
-    int partial = 0;
-    for (int w = threadIdx.x; w < words; w += kThreads) partial += __popc(ties[w]);
-    block_exclusive_scan<kThreads>(partial, s.radix.scan, &tied);
-    if (n + tied < p.topk) return false;
-  }
+  const int n = slot_is_position ? keys : ws.count[r];
+  const int32_t *pos = slot_is_position ? nullptr : ws.cand_pos + (int64_t)r * kCandidates;
+  const float *score = ws.cand_score + (int64_t)r * kCandidates;
   // The copy into shared memory also counts the first radix level when a selection follows.
-  // It is latency-bound: each thread loads a batch before it uses any of it. Measured first while
-  // the histogram voted per warp; with its plain atomic, a `#pragma unroll 4` loop instead was
-  // still about 0.5% slower at every size (H200, same run: 131072 keys 0.880 -> 0.885 ms, 128K
-  // prefill 65.0 -> 65.5).
-  const bool radix_follows = n >= p.topk;
+  // It is latency-bound: each thread loads a batch before it uses any of it (a `#pragma unroll
+  // 4` loop instead was about 0.5% slower on an H200).
+  const bool radix_follows = n >= topk_keys(p);
   if (radix_follows) clear_histogram<kThreads>(radix_bits(0), s.radix);
   constexpr int kBatch = 4;
   for (int base = 0; base < n; base += kBatch * kThreads) {
-    float score[kBatch];
+    float v[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kThreads + threadIdx.x;
-      score[j] = i < n ? ws.cand_score[row + i] : 0.f;
+      v[j] = i < n ? score[i] : 0.f;
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kThreads + threadIdx.x;
-      const uint32_t key = order_key(score[j]);
+      const uint32_t key = order_key(v[j]);
       if (i < n) s.cand_key[i] = key;
       if (radix_follows) histogram_add(i < n, digit(key, 0, radix_bits(0)), s.radix.hist);
     }
   }
   __syncthreads();
   if (radix_follows) {
-    take_cut(n, find_cut(n, Radix{0u, 0, p.topk}, 0, true, s), pos, s);
+    take_cut(n, find_cut(n, Radix{0u, 0, topk_keys(p)}, 0, true, s), pos, s);
   } else {
     take_cut(n, Cut{0u, -1}, pos, s);  // every kept key (no key is below 0)
-    take_ties(ties, words, p.topk - n, s);
+    const uint32_t *ties = ws.ties + (int64_t)r * ws.tie_words;
+    take_ties(ties, tie_words(keys), topk_keys(p) - n, s);
   }
-  return true;
 }
 
-// Row t of request r, `len` keys, into s.rescued.
-__device__ void load_rescued_row(const Params &p, int r, int t, int len, SelectSmem &s) {
-  RecomputedRow &row = s.rescued;
-  for (int i = threadIdx.x; i < kHeads * kDim; i += kThreads) {
-    const int h = i / kDim, d = i % kDim;
-    reinterpret_cast<uint16_t *>(row.q[h])[d] = p.q[t * p.q_row_stride + h * p.q_head_stride + d];
-  }
-  if (threadIdx.x < kHeads) row.w[threadIdx.x] = p.weights[t * p.weights_row_stride + threadIdx.x];
-  if (threadIdx.x == 0) row.request = r, row.row = t, row.len = len;
-  __syncthreads();
-}
-
-// Two blocks per SM where their shared memory allows it (select_smem_bytes).
+// Two blocks per SM where their shared memory allows it (select_smem_bytes). One block per row;
+// a row of the other kind (Selecting) returns at once.
 __global__ void __launch_bounds__(kThreads, 2)
-    qsa_index_select(const Params p, int c0, const Workspace ws) {
+    qsa_index_select(const Params p, const Rows rows, const Workspace ws, Selecting which) {
   extern __shared__ __align__(16) unsigned char smem[];
   SelectSmem &s = *reinterpret_cast<SelectSmem *>(smem);
-  const int t = c0 + blockIdx.x, r = row_request(p, t);
-  const int len = r < 0 ? 0 : row_length(p, r, t);
-  const int pages = (len + kPage - 1) / kPage;
-  if (len <= p.topk) return emit_every_key(p, t, len, pages);
-  const int words = bitmap_words(len);
-  for (int w = threadIdx.x; w < words; w += kThreads) s.bitmap()[w] = 0u;
+  const bool kept = which == Selecting::kKept;
+  if (kept && rows.begin == 0 && blockIdx.x == 0) {
+    varlen_check_starts(p.query_start_loc, p.requests, p.rows, p.checked);
+  }
+  const int t = rows.begin + blockIdx.x, r = t - rows.c0, request = row_request(p, t);
+  const int tokens = request < 0 ? 0 : row_tokens(p, request, t);
+  const RowSet row{t, tokens, tokens / p.ratio};
+  if (row.keys <= topk_keys(p)) {
+    if (kept) emit_every_token(p, row);
+    return;
+  }
+  if (row_rescued(p, ws, r, row.keys) == kept) return;
+  for (int w = threadIdx.x; w < bitmap_words(row.keys); w += kThreads) s.bitmap()[w] = 0u;
   __syncthreads();
-  if (!select_kept(p, ws, len, s)) {
-    load_rescued_row(p, r, t, len, s);
-    rescue(p, s.rescued, s);
+  if (kept) {
+    select_kept(p, ws, r, row.keys, s);
+  } else {
+    select_stored(p, StoredRow{ws.stored + (int64_t)blockIdx.x * ws.stored_ld, row.keys}, s);
   }
   __syncthreads();
-  if (p.topk_idx != nullptr) emit_topk_idx(p, t, words, s);
-  if (p.sel_blocks != nullptr) emit_pages(p, t, pages, s);
+  if (p.topk_idx != nullptr) emit_topk_idx(p, row, s);
+  if (p.sel_blocks != nullptr) emit_pages(p, row, s);
 }
 
 }  // namespace
 
-void launch_threshold(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  if (call_keeps_all(p)) return;  // no row has a threshold, and the select knows count = L
-  qsa_index_threshold<<<c1 - c0, kThreads, 0, stream>>>(p, c0, w, sample_rank(p.topk));
+void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
+  if (call_keeps_all(p)) return;  // no row has a threshold, and the select knows count = G
+  // The opt-in is the most any call needs, as the select's (launch_select says why).
+  allow_dynamic_smem(qsa_index_threshold, threshold_bytes(kMaxKeys));
+  const uint32_t bytes = threshold_bytes(max_keys(p));
+  qsa_index_threshold<<<rows.end - rows.begin, kThreads, bytes, stream>>>(
+      p, rows.c0, w, sample_rank(topk_keys(p)));
 }
 
-void launch_select(const Params &p, int c0, int c1, const Workspace &w, cudaStream_t stream) {
-  const uint32_t bytes = smem_bytes(p.max_seq_len);
+void launch_select(const Params &p, const Rows &rows, const Workspace &w, Selecting which,
+                   cudaStream_t stream) {
+  const uint32_t bytes = smem_bytes(max_keys(p));
   // The opt-in is the kernel's, shared by every host thread's launches: always the most any call
   // needs, so that no thread lowers it under another's launch.
   allow_dynamic_smem(qsa_index_select, kMostSmemBytes);
   prefer_max_carveout(qsa_index_select);  // two blocks per V100 SM up to about 55K keys
-  qsa_index_select<<<c1 - c0, kThreads, bytes, stream>>>(p, c0, w);
+  qsa_index_select<<<rows.end - rows.begin, kThreads, bytes, stream>>>(p, rows, w, which);
 }
 
-uint32_t threshold_smem_bytes() { return sizeof(ThresholdSmem); }
+uint32_t threshold_smem_bytes(int keys) { return threshold_bytes(keys); }
 
-uint32_t select_smem_bytes(int max_seq_len) { return smem_bytes(max_seq_len); }
+uint32_t select_smem_bytes(int keys) { return smem_bytes(keys); }
 
 }  // namespace sm70ops::qsa_index

@@ -1,5 +1,5 @@
 // abi.md item 6: the capability check. Declines are SM70OPS_OK with a reason, never crashes; a
-// model-shape descriptor is accepted or NOT_IMPLEMENTED, and execute agrees with the answer.
+// model-shape descriptor is accepted, and execute agrees with the answer.
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -60,12 +60,15 @@ TEST_F(Abi_Check, WeightsStructSizeMismatchIsDeclined) {
 
 class Abi_CheckOp : public AbiTest, public testing::WithParamInterface<sm70ops_op> {};
 
-// Older hosts (smaller struct) and newer ones (larger) get a STRUCT_SIZE decline, never a read of
-// fields the plugin does not know; execute refuses the same descriptor as invalid.
+// A size no ABI minor gave the struct (smaller, between two minors', or a newer host's larger
+// one) gets a STRUCT_SIZE decline, never a read of fields the plugin does not know; execute
+// refuses the same descriptor as invalid.
 TEST_P(Abi_CheckOp, ArgsStructSizeMismatchIsDeclined) {
   auto c = MakeCase(GetParam());
-  const uint32_t size = c->args_size();
-  for (uint32_t wrong : {0u, 4u, size - 8, size - 1, size + 1, size + 8, size + 64}) {
+  const uint32_t size = c->args_size(), size_1_0 = ArgsSize10(GetParam());
+  for (uint32_t wrong : {0u, 4u, size_1_0 - 8, size_1_0 - 1, size_1_0 + 4, size - 1, size + 1,
+                         size + 8, size + 64}) {
+    if (wrong == size_1_0 || wrong == size) continue;  // the ops whose struct 1.1 left alone
     SCOPED_TRACE(wrong);
     alignas(8) unsigned char buffer[256] = {};
     std::memcpy(buffer, c->args(), size);
@@ -76,6 +79,26 @@ TEST_P(Abi_CheckOp, ArgsStructSizeMismatchIsDeclined) {
     EXPECT_EQ(api().execute(ctx(), c->op(), buffer, nullptr, nullptr, 0),
               SM70OPS_ERR_INVALID_ARGUMENT);
   }
+}
+
+// A 1.0 host's struct is read at its size and no further: the bytes after it are garbage here
+// (an out-of-range compress_ratio, a fake gate), and the answer is the one the same descriptor
+// gets at the 1.1 size with the appended fields at their defaults.
+TEST_P(Abi_CheckOp, Abi10SizeIsReadAsTheDefaults) {
+  auto c = MakeCase10(GetParam());
+  const uint32_t size_1_0 = ArgsSize10(GetParam());
+  ASSERT_EQ(c->args_size(), size_1_0);
+  alignas(8) unsigned char garbage[256];
+  std::memset(garbage, 0xA5, sizeof(garbage));
+  std::memcpy(garbage, c->args(), size_1_0);
+  alignas(8) unsigned char defaults[256] = {};
+  std::memcpy(defaults, c->args(), size_1_0);
+  const uint32_t size_1_1 = MakeCase(GetParam())->args_size();
+  std::memcpy(defaults, &size_1_1, sizeof(size_1_1));
+  const sm70ops_decision at_1_0 = Check(api(), ctx(), c->op(), garbage);
+  const sm70ops_decision at_1_1 = Check(api(), ctx(), c->op(), defaults);
+  EXPECT_EQ(Describe(at_1_0), Describe(at_1_1));
+  EXPECT_TRUE(at_1_0.accepted) << at_1_0.message;
 }
 
 TEST_P(Abi_CheckOp, NullArgsIsInvalid) {
@@ -97,28 +120,33 @@ TEST_P(Abi_CheckOp, OtherArchIsDeclined) {
   }
 }
 
-// Until an op's kernel is in the build the answer is NOT_IMPLEMENTED and execute must say the same;
-// once it is, the accept is checked against the route and workspace_size (running execute needs a
-// GPU: the device-machine suite covers it).
-TEST_P(Abi_CheckOp, ModelShapeAcceptedOrNotImplemented) {
+// Every build carries every op's kernel: the model's shapes are accepted, with the route and the
+// workspace that workspace_size agrees with (running execute needs a GPU: the device-machine
+// suite covers it).
+TEST_P(Abi_CheckOp, ModelShapeAccepted) {
   auto c = MakeCase(GetParam());
   sm70ops_decision d = CheckCase(api(), ctx(), *c);
   uint64_t workspace = 1;
   sm70ops_status ws_status = api().workspace_size(ctx(), c->op(), c->args(), &workspace);
-  if (d.accepted) {
-    EXPECT_EQ(d.reason, SM70OPS_REASON_ACCEPTED);
-    EXPECT_EQ(d.route, c->route());
-    EXPECT_EQ(ws_status, SM70OPS_OK);
-    EXPECT_EQ(workspace, d.workspace_bytes);
-    return;
-  }
-  EXPECT_EQ(d.reason, SM70OPS_REASON_NOT_IMPLEMENTED) << d.message;
-  EXPECT_EQ(d.route, SM70OPS_ROUTE_NONE);
-  EXPECT_EQ(d.workspace_bytes, 0u);
-  EXPECT_EQ(ws_status, SM70OPS_ERR_UNSUPPORTED);
-  EXPECT_EQ(workspace, 0u);
-  EXPECT_EQ(ExecuteCase(api(), ctx(), *c), SM70OPS_ERR_NOT_IMPLEMENTED);
-  EXPECT_STREQ(api().last_error(), d.message);
+  EXPECT_TRUE(d.accepted) << d.message;
+  EXPECT_EQ(d.reason, SM70OPS_REASON_ACCEPTED);
+  EXPECT_EQ(d.route, c->route());
+  EXPECT_EQ(ws_status, SM70OPS_OK);
+  EXPECT_EQ(workspace, d.workspace_bytes);
+}
+
+// ABI 1.1 lets the weight-free indexer leave `weights` NULL; a 1.0 host's struct must still give
+// it, as 1.0 required.
+TEST_F(Abi_Check, IndexWeightsOptionalFromAbi11) {
+  auto c = MakeCase(SM70OPS_OP_QSA_INDEX);
+  c->As<sm70ops_qsa_index_args>().weights = nullptr;
+  const sm70ops_decision d = CheckCase(api(), ctx(), *c);
+  EXPECT_TRUE(d.accepted) << d.message;
+  auto old = MakeCase10(SM70OPS_OP_QSA_INDEX);
+  old->As<sm70ops_qsa_index_args>().weights = nullptr;
+  const sm70ops_decision d10 = CheckCase(api(), ctx(), *old);
+  EXPECT_EQ(d10.reason, SM70OPS_REASON_INVALID_ARGUMENT);
+  EXPECT_TRUE(NamesWord(d10.message, "weights")) << d10.message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Abi_CheckOp, testing::ValuesIn(kOps),

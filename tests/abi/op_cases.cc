@@ -97,16 +97,20 @@ class CaseBuilder : public OpCase {
 
 class QsaIndexCase : public CaseBuilder {
  public:
-  QsaIndexCase()
+  // c = kRatio (the model), or c = 1 at the 1.0 size (a 1.0 host). The model's indexer has no
+  // head weights; the descriptor gives them so that their checks are exercised (NULL is valid).
+  explicit QsaIndexCase(bool abi_1_0)
       : CaseBuilder(SM70OPS_OP_QSA_INDEX, "qsa_index", SM70OPS_ROUTE_QSA_INDEX_WMMA, &a_) {
-    a_.struct_size = sizeof(a_);
+    const int64_t ratio = abi_1_0 ? 1 : kRatio;
+    a_.struct_size = abi_1_0 ? SM70OPS_QSA_INDEX_ARGS_SIZE_1_0 : sizeof(a_);
     a_.topk = kTopk;
+    a_.compress_ratio = abi_1_0 ? 0 : static_cast<int32_t>(ratio);
     Add("q", &a_.q, F16(), {kRows, 4, 128}, true);
-    Add("weights", &a_.weights, F32(), {kRows, 4}, false);
-    Add("k_index", &a_.k_index, F16(), {kNumPages, kPageSize, 128}, true);
+    Add("weights", &a_.weights, F32(), {kRows, 4}, false, !abi_1_0);
+    Add("k_index", &a_.k_index, F16(), {kNumPages, kPageSize / ratio, 128}, true);
     Varlen(a_);
     // topk_idx is optional because the sel_* triple is also given.
-    Add("topk_idx", &a_.topk_idx, I32(), {kRows, kTopk}, false, true);
+    Add("topk_idx", &a_.topk_idx, I32(), {kRows, kTopk + ratio - 1}, false, true);
     Add("sel_blocks", &a_.sel_blocks, I32(), {kRows, kSelBlocks}, false);
     Add("sel_mask", &a_.sel_mask, U64(), {kRows, kSelBlocks}, false);
     Add("sel_count", &a_.sel_count, I32(), {kRows}, false);
@@ -118,8 +122,9 @@ class QsaIndexCase : public CaseBuilder {
 
 class QsaAttnCase : public CaseBuilder {
  public:
-  QsaAttnCase() : CaseBuilder(SM70OPS_OP_QSA_ATTN, "qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA, &a_) {
-    a_.struct_size = sizeof(a_);
+  explicit QsaAttnCase(bool abi_1_0)
+      : CaseBuilder(SM70OPS_OP_QSA_ATTN, "qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA, &a_) {
+    a_.struct_size = abi_1_0 ? SM70OPS_QSA_ATTN_ARGS_SIZE_1_0 : sizeof(a_);
     a_.sm_scale = 0.0625f;  // 1/sqrt(256)
     Add("q", &a_.q, F16(), {kRows, kHeadsQ, kHeadDim}, true);
     Add("k_cache", &a_.k_cache, F16(), {kNumPages, kPageSize, kHeadsKv, kHeadDim}, true);
@@ -130,6 +135,7 @@ class QsaAttnCase : public CaseBuilder {
     Add("sel_count", &a_.sel_count, I32(), {kRows}, false);
     Add("out", &a_.out, F16(), {kRows, kHeadsQ, kHeadDim}, true);
     Add("lse", &a_.lse, F32(), {kRows, kHeadsQ}, false, true);
+    if (!abi_1_0) Add("gate", &a_.gate, F16(), {kRows, kHeadsQ, kHeadDim}, true, true);
   }
 
  private:
@@ -242,15 +248,25 @@ std::vector<Breakage> QsaIndexRelations() {
       {"weights_rows", Resize({"weights"}, 0, kRows + 1), "weights"},
       {"weights_heads", Resize({"weights"}, 1, 3), "weights"},
       {"k_index_dim", Resize({"k_index"}, 2, 64), "k_index"},
+      {"compress_ratio_3", SetField(&A::compress_ratio, int32_t{3}), "compress_ratio"},
+      {"compress_ratio_8", SetField(&A::compress_ratio, int32_t{8}), "compress_ratio"},
+      {"compress_ratio_negative", SetField(&A::compress_ratio, int32_t{-4}), "compress_ratio"},
+      {"reserved1", SetField(&A::reserved1, uint32_t{1}), "reserved1"},
+      {"topk_not_multiple_of_c",
+       Both(SetField(&A::topk, int32_t{kTopk + 2}), Resize({"topk_idx"}, 1, kSetWidth + 2)),
+       "topk"},
+      {"sel_blocks_narrower_than_set", Resize({"sel_blocks", "sel_mask"}, 1, kSelBlocks - 1),
+       "sel_blocks"},
       {"query_start_loc_entries", Resize({"query_start_loc"}, 0, kRequests + 2), "query_start_loc"},
       {"seq_lens_requests", Resize({"seq_lens"}, 0, kRequests + 1), "query_start_loc"},
       {"block_table_rows", Resize({"block_table"}, 0, kRequests + 1), "block_table"},
-      {"topk_idx_width", Resize({"topk_idx"}, 1, kTopk + 1), "topk_idx"},
+      {"topk_idx_width", Resize({"topk_idx"}, 1, kSetWidth + 1), "topk_idx"},
+      {"topk_idx_width_of_c_1", Resize({"topk_idx"}, 1, kTopk), "topk_idx"},
       {"sel_blocks_rows", Resize({"sel_blocks"}, 0, kRows - 1), "sel_blocks"},
       {"sel_mask_width", Resize({"sel_mask"}, 1, kSelBlocks - 1), "sel_mask"},
       {"sel_count_rows", Resize({"sel_count"}, 0, kRows + 1), "sel_count"},
       {"topk_zero", SetField(&A::topk, int32_t{0}), "topk"},
-      {"topk_over_4096", Both(SetField(&A::topk, int32_t{4097}), Resize({"topk_idx"}, 1, 4097)),
+      {"topk_over_8192", Both(SetField(&A::topk, int32_t{8196}), Resize({"topk_idx"}, 1, 8199)),
        "topk"},
       {"max_seq_len_zero", SetField(&A::max_seq_len, int32_t{0}), "max_seq_len"},
       {"max_seq_len_over_block_table", SetField(&A::max_seq_len, int32_t{kSeqLen + 1}),
@@ -265,10 +281,13 @@ std::vector<Breakage> QsaAttnRelations() {
       {"k_cache_head_dim", Resize({"k_cache"}, 3, 128), "k_cache"},
       {"v_cache_pages", Resize({"v_cache"}, 0, kNumPages + 1), "v_cache"},
       {"v_cache_heads", Resize({"v_cache"}, 2, 2), "v_cache"},
-      {"heads_not_multiple", Resize({"k_cache", "v_cache"}, 2, 3), "q"},
+      {"heads_not_multiple", Resize({"k_cache", "v_cache"}, 2, 4), "q"},
       {"out_head_dim", Resize({"out"}, 2, 128), "out"},
       {"out_heads", Resize({"out"}, 1, 8), "out"},
       {"lse_heads", Resize({"lse"}, 1, 8), "lse"},
+      {"gate_heads", Resize({"gate"}, 1, 8), "gate"},
+      {"gate_head_dim", Resize({"gate"}, 2, 128), "gate"},
+      {"gate_rows", Resize({"gate"}, 0, kRows + 1), "gate"},
       {"query_start_loc_entries", Resize({"query_start_loc"}, 0, kRequests + 2), "query_start_loc"},
       {"block_table_rows", Resize({"block_table"}, 0, kRequests + 1), "block_table"},
       {"sel_blocks_rows", Resize({"sel_blocks"}, 0, kRows + 1), "sel_blocks"},
@@ -329,12 +348,14 @@ std::vector<Breakage> Relations(sm70ops_op op) {
 
 }  // namespace
 
-std::unique_ptr<OpCase> MakeCase(sm70ops_op op) {
+namespace {
+
+std::unique_ptr<OpCase> MakeCaseOf(sm70ops_op op, bool abi_1_0) {
   switch (op) {
     case SM70OPS_OP_QSA_INDEX:
-      return std::make_unique<QsaIndexCase>();
+      return std::make_unique<QsaIndexCase>(abi_1_0);
     case SM70OPS_OP_QSA_ATTN:
-      return std::make_unique<QsaAttnCase>();
+      return std::make_unique<QsaAttnCase>(abi_1_0);
     case SM70OPS_OP_NVFP4_MOE:
       return std::make_unique<MoeCase>();
     case SM70OPS_OP_NVFP4_MOE_PREPARE:
@@ -343,6 +364,13 @@ std::unique_ptr<OpCase> MakeCase(sm70ops_op op) {
       std::abort();
   }
 }
+
+}  // namespace
+
+std::unique_ptr<OpCase> MakeCase(sm70ops_op op) { return MakeCaseOf(op, false); }
+std::unique_ptr<OpCase> MakeCase10(sm70ops_op op) { return MakeCaseOf(op, true); }
+
+uint32_t ArgsSize10(sm70ops_op op) { return MakeCase10(op)->args_size(); }
 
 std::string OpName(sm70ops_op op) {
   static const char* const kNames[] = {"", "QsaIndex", "QsaAttn", "NvFp4Moe", "NvFp4MoePrepare"};
@@ -388,28 +416,38 @@ std::vector<Unsupported> UnsupportedCases() {
   using Index = sm70ops_qsa_index_args;
   using Attn = sm70ops_qsa_attn_args;
   // One page past the fast paths' longest context, the block table wide enough to hold it.
-  constexpr int32_t kTooLong = 131072 + 64;
+  constexpr int32_t kTooLong = 262144 + 64;
   const auto index_too_long =
       Both(Both(SetField(&Index::max_seq_len, kTooLong), Resize({"block_table"}, 1, kTooLong / 64)),
-           Resize({"sel_blocks", "sel_mask"}, 1, 2048));  // outputs as wide as top-2048 needs
+           Resize({"sel_blocks", "sel_mask"}, 1, kTopk / kRatio + 1));  // as wide as a set needs
   const auto attn_too_long =
       Both(SetField(&Attn::max_seq_len, kTooLong), Resize({"block_table"}, 1, kTooLong / 64));
-  const auto head_dim_64 = Both(Resize({"q", "out"}, 2, 64), Resize({"k_cache", "v_cache"}, 3, 64));
-  const auto index_topk_100 =
-      Both(SetField(&Index::topk, int32_t{100}), Resize({"topk_idx"}, 1, 100));
+  const auto head_dim_64 =
+      Both(Resize({"q", "out", "gate"}, 2, 64), Resize({"k_cache", "v_cache"}, 3, 64));
+  const auto index_topk_256 =
+      Both(SetField(&Index::topk, int32_t{256}), Resize({"topk_idx"}, 1, 256 + kRatio - 1));
   return {
-      {"qsa_index_topk_100", SM70OPS_OP_QSA_INDEX, index_topk_100,
+      {"qsa_index_topk_256", SM70OPS_OP_QSA_INDEX, index_topk_256,
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_index_page_128", SM70OPS_OP_QSA_INDEX, Resize({"k_index"}, 1, 128 / kRatio),
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_index_page_8", SM70OPS_OP_QSA_INDEX,
+       Both(Resize({"k_index"}, 1, 8 / kRatio),
+            Both(Resize({"block_table"}, 1, kSeqLen / 8),
+                 Resize({"sel_blocks", "sel_mask"}, 1, kSeqLen / 8))),
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
       {"qsa_index_8_heads", SM70OPS_OP_QSA_INDEX, Resize({"q", "weights"}, 1, 8),
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
-      {"qsa_index_context_past_128k", SM70OPS_OP_QSA_INDEX, index_too_long,
+      {"qsa_index_context_past_256k", SM70OPS_OP_QSA_INDEX, index_too_long,
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
-      {"qsa_attn_context_past_128k", SM70OPS_OP_QSA_ATTN, attn_too_long,
+      {"qsa_attn_context_past_256k", SM70OPS_OP_QSA_ATTN, attn_too_long,
+       SM70OPS_REASON_UNSUPPORTED_SHAPE},
+      {"qsa_attn_page_128", SM70OPS_OP_QSA_ATTN, Resize({"k_cache", "v_cache"}, 1, 128),
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
       {"qsa_index_bf16_q", SM70OPS_OP_QSA_INDEX, SetDtype("q", BF16()),
        SM70OPS_REASON_UNSUPPORTED_DTYPE},
       {"qsa_attn_head_dim_64", SM70OPS_OP_QSA_ATTN, head_dim_64, SM70OPS_REASON_UNSUPPORTED_SHAPE},
-      {"qsa_attn_group_32", SM70OPS_OP_QSA_ATTN, Resize({"q", "out", "lse"}, 1, 32),
+      {"qsa_attn_group_32", SM70OPS_OP_QSA_ATTN, Resize({"q", "out", "lse", "gate"}, 1, 32),
        SM70OPS_REASON_UNSUPPORTED_SHAPE},
       {"qsa_attn_bf16_q", SM70OPS_OP_QSA_ATTN, SetDtype("q", BF16()),
        SM70OPS_REASON_UNSUPPORTED_DTYPE},

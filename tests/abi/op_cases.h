@@ -17,17 +17,19 @@
 
 namespace sm70ops_test {
 
-// The model numbers the descriptors use.
-inline constexpr int64_t kRows = 8192;    // T: two 4096-token prefill chunks
-inline constexpr int64_t kRequests = 2;   // R
-inline constexpr int64_t kSeqLen = 4096;  // max_seq_len = max_query_len
-inline constexpr int64_t kPageSize = 64;
+// The model numbers the descriptors use: Qwen3.8-Flash-Next at TP4 (ops.md version 2).
+inline constexpr int64_t kRows = 8192;                     // T: two 4096-token prefill chunks
+inline constexpr int64_t kRequests = 2;                    // R
+inline constexpr int64_t kSeqLen = 4096;                   // max_seq_len = max_query_len
+inline constexpr int64_t kPageSize = 64;                   // P, SGLang's
 inline constexpr int64_t kMaxPages = kSeqLen / kPageSize;  // block_table width
 inline constexpr int64_t kNumPages = kRequests * kMaxPages;
-inline constexpr int64_t kTopk = 2048;     // indexer K
-inline constexpr int64_t kSelBlocks = 64;  // NB = min(K, ceil(max L / 64))
-inline constexpr int64_t kHeadsQ = 4, kHeadsKv = 1, kHeadDim = 256;
-inline constexpr int64_t kExperts = 512, kExpertTopk = 10, kHidden = 2048, kInter = 128;
+inline constexpr int64_t kRatio = 4;    // c: tokens per index key
+inline constexpr int64_t kTopk = 2048;  // the indexer's budget B in tokens: 512 groups
+inline constexpr int64_t kSetWidth = kTopk + kRatio - 1;  // topk_idx columns
+inline constexpr int64_t kSelBlocks = 64;                 // NB = min(B / c + 1, ceil(max L / P))
+inline constexpr int64_t kHeadsQ = 6, kHeadsKv = 1, kHeadDim = 256;
+inline constexpr int64_t kExperts = 512, kExpertTopk = 10, kHidden = 2560, kInter = 160;
 
 DLDataType F16();
 DLDataType BF16();
@@ -103,8 +105,13 @@ class OpCase {
 inline constexpr std::array<sm70ops_op, 4> kOps = {
     SM70OPS_OP_QSA_INDEX, SM70OPS_OP_QSA_ATTN, SM70OPS_OP_NVFP4_MOE, SM70OPS_OP_NVFP4_MOE_PREPARE};
 
-// A fresh valid model-shape descriptor for `op`.
+// A fresh valid model-shape descriptor for `op`, at this header's ABI minor.
 std::unique_ptr<OpCase> MakeCase(sm70ops_op op);
+// The same descriptor as a 1.0 host builds it: the 1.0 struct size, and for QSA_INDEX a key per
+// token (c = 1: k_index [pages, 64, 128], topk_idx [T, B]).
+std::unique_ptr<OpCase> MakeCase10(sm70ops_op op);
+// sizeof the op's argument struct in ABI 1.0.
+uint32_t ArgsSize10(sm70ops_op op);
 std::string OpName(sm70ops_op op);  // "QsaIndex", for test names
 
 // One way to break a descriptor, and the argument the plugin must blame.

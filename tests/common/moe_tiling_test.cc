@@ -2,7 +2,9 @@
 // every count up to 5000 cut into tiles that cover it exactly (big tiles over 64 rows, the small
 // one at most 64), and the table sizes: reached by experts of 128 q + 65 rows (also when only a
 // few of many experts get any) and one-row experts, never exceeded by random routings of up to
-// 262144 pairs.
+// 262144 pairs. Then the warps' shares of an N tile with any multiple of 16 columns: every
+// (column fragment, k-substep) that holds weights computed exactly once, none past the columns,
+// and the work spread over all four warp columns where one or two column groups hold it.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -89,6 +91,75 @@ TEST(MoeTiling, TablesHoldRandomRoutings) {
     for (int c : counts) big += big_tiles(c), small += small_rows(c) > 0;
     EXPECT_LE(big, max_big_tiles(pairs, experts)) << experts << " experts, " << pairs << " pairs";
     EXPECT_LE(small, max_small_tiles(pairs, experts)) << experts << " experts, " << pairs;
+  }
+}
+
+// Columns of an N tile: 128 column pairs (W13, halves 2) or 256 rows (W2).
+int TileColumns(int halves) { return kShareColumns * kShareFrags * 16 / halves; }
+
+// Fragment f of a warp computing column group g: its first column.
+int FragColumn(int group, int f, int halves) {
+  return group * kShareFrags / halves * 16 + (halves == 2 ? f % 2 : f) * 16;
+}
+
+TEST(MoeTiling, NTileSharesCoverEachColumnAndSubstepOnce) {
+  for (int halves : {1, 2}) {
+    for (int cols = 16; cols <= TileColumns(halves); cols += 16) {
+      // times[column fragment][substep]: how many warps compute it (W13: gate and up together)
+      std::vector<std::vector<int>> times(TileColumns(halves) / 16,
+                                          std::vector<int>(kShareSubsteps, 0));
+      for (int wn = 0; wn < kShareColumns; ++wn) {
+        const NTileShare s = n_tile_share(cols, wn, halves);
+        EXPECT_EQ(kShareColumns % s.split, 0);
+        for (int f = 0; f < kShareFrags; ++f) {
+          if (!(s.frags >> f & 1) || (halves == 2 && f >= 2)) continue;
+          const int col = FragColumn(s.group, f, halves);
+          EXPECT_LT(col, cols) << "fragment past the columns, cols " << cols << ", warp " << wn;
+          for (int i = 0; i < kShareSubsteps; ++i) times[col / 16][i] += s.substeps >> i & 1;
+        }
+      }
+      for (int c = 0; c < cols / 16; ++c) {
+        for (int i = 0; i < kShareSubsteps; ++i) {
+          EXPECT_EQ(times[c][i], 1) << "halves " << halves << ", cols " << cols << ", fragment "
+                                    << c << ", substep " << i;
+        }
+      }
+    }
+  }
+}
+
+// The warps of one column group split K: the one whose index is the group's gets the others'
+// sums, so every warp of a group has the group's fragments.
+TEST(MoeTiling, NTileShareSplitsKOverEveryWarpColumn) {
+  for (int halves : {1, 2}) {
+    const int group_cols = kShareFrags / halves * 16;
+    for (int cols = 16; cols <= TileColumns(halves); cols += 16) {
+      const int groups = (cols + group_cols - 1) / group_cols;
+      int busy = 0;
+      for (int wn = 0; wn < kShareColumns; ++wn) {
+        const NTileShare s = n_tile_share(cols, wn, halves);
+        busy += s.substeps != 0;
+        EXPECT_EQ(s.frags, n_tile_share(cols, s.group, halves).frags);
+        EXPECT_EQ(s.split > 1, groups <= kShareColumns / 2) << cols;
+      }
+      EXPECT_EQ(busy, groups == 3 ? 3 : kShareColumns) << "halves " << halves << ", cols " << cols;
+    }
+  }
+  // A full tile: warp column wn, every substep and fragment.
+  for (int wn = 0; wn < kShareColumns; ++wn) {
+    const NTileShare s = n_tile_share(TileColumns(2), wn, 2);
+    EXPECT_EQ(s.group, wn);
+    EXPECT_EQ(s.split, 1);
+    EXPECT_EQ(s.substeps, (1u << kShareSubsteps) - 1);
+    EXPECT_EQ(s.frags, (1u << kShareFrags) - 1);
+  }
+  // I 160, W13's last tile: 32 column pairs in one group, each warp column one substep.
+  for (int wn = 0; wn < kShareColumns; ++wn) {
+    const NTileShare s = n_tile_share(32, wn, 2);
+    EXPECT_EQ(s.group, 0);
+    EXPECT_EQ(s.split, 4);
+    EXPECT_EQ(s.substeps, 1u << wn);
+    EXPECT_EQ(s.frags, 0xfu);
   }
 }
 

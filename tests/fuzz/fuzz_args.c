@@ -270,7 +270,7 @@ static const void *sized_copy(fz_reader *r, const void *full, uint32_t true_size
         *claim = 0;
         return NULL;
       }
-      size = (uint32_t)PICK(r, ((const uint32_t[]){24, 56, 104, 40, 8, 0, 4}));
+      size = (uint32_t)PICK(r, ((const uint32_t[]){24, 56, 104, 112, 40, 8, 0, 4}));
       break;
     default:
       break;
@@ -286,7 +286,7 @@ static const void *sized_copy(fz_reader *r, const void *full, uint32_t true_size
 
 /* Consistent model numbers; the variant byte shrinks or changes some of them together. */
 typedef struct dims {
-  int64_t rows, requests, seq_len, page, max_pages, num_pages, topk, sel_blocks;
+  int64_t rows, requests, seq_len, page, ratio, max_pages, num_pages, topk, sel_blocks;
   int64_t heads_q, heads_kv, head_dim, experts, expert_topk, hidden, inter;
 } dims;
 
@@ -295,27 +295,34 @@ static dims model_dims(fz_reader *r) {
             .requests = 2,
             .seq_len = 4096,
             .page = 64,
+            .ratio = 4,
             .topk = 2048,
             .sel_blocks = 64,
-            .heads_q = 4,
+            .heads_q = 6,
             .heads_kv = 1,
             .head_dim = 256,
             .experts = 512,
             .expert_topk = 10,
-            .hidden = 2048,
-            .inter = 128};
+            .hidden = 2560,
+            .inter = 160};
   uint8_t v = fz_u8(r);
   if (v & 0x80) {
     static const int64_t kRows[] = {0, 1, 16, 17, 100000};
     static const int64_t kHeadDim[] = {128, 256, 64};
     static const int64_t kHeadsQ[] = {1, 2, 8, 16, 32};
     static const int64_t kSeq[] = {1, 64, 65, 131072, 262144};
-    static const int64_t kTopk[] = {1, 512, 511, 4096, 64};
+    static const int64_t kTopk[] = {1, 512, 511, 4096, 64, 2050};
+    static const int64_t kPage[] = {16, 32, 64, 128, 8};
+    static const int64_t kRatio[] = {1, 2, 4, 3};
     d.rows = (v & 1) ? PICK(r, kRows) : d.rows;
     d.head_dim = (v & 2) ? PICK(r, kHeadDim) : d.head_dim;
     d.heads_q = (v & 4) ? PICK(r, kHeadsQ) : d.heads_q;
     d.seq_len = (v & 8) ? PICK(r, kSeq) : d.seq_len;
     d.topk = (v & 16) ? PICK(r, kTopk) : d.topk;
+    if (v & 64) {
+      d.page = PICK(r, kPage);
+      d.ratio = PICK(r, kRatio);
+    }
     if (v & 32) {
       d.experts = 1 + fz_u8(r) % 4 * 256;
       d.hidden = 16 * (1 + fz_u8(r) % 256);
@@ -325,8 +332,8 @@ static dims model_dims(fz_reader *r) {
   }
   d.max_pages = (d.seq_len + d.page - 1) / d.page;
   d.num_pages = d.requests * d.max_pages;
-  int64_t sel = d.max_pages < d.topk ? d.max_pages : d.topk;
-  d.sel_blocks = sel;
+  int64_t groups = d.topk / d.ratio + (d.ratio > 1);
+  d.sel_blocks = d.max_pages < groups ? d.max_pages : groups;
   return d;
 }
 
@@ -352,6 +359,17 @@ static const sm70ops_nvfp4_weights *weights(fz_reader *r, const dims *d) {
   w.reserved0 = (uint32_t)mut_i32(r, 0);
   uint32_t claim;
   return sized_copy(r, &w, sizeof(w), &claim);
+}
+
+uint32_t fz_args_size_1_0(sm70ops_op op) {
+  switch (op) {
+    case SM70OPS_OP_QSA_INDEX:
+      return SM70OPS_QSA_INDEX_ARGS_SIZE_1_0;
+    case SM70OPS_OP_QSA_ATTN:
+      return SM70OPS_QSA_ATTN_ARGS_SIZE_1_0;
+    default:
+      return fz_args_size(op);
+  }
 }
 
 uint32_t fz_args_size(sm70ops_op op) {
@@ -382,13 +400,15 @@ fz_args fz_build_args(fz_reader *r, sm70ops_op op) {
       a.max_seq_len = mut_i32(r, (int32_t)d.seq_len);
       a.max_query_len = mut_i32(r, (int32_t)d.seq_len);
       a.max_workspace_bytes = mut_u64(r, 0);
+      a.compress_ratio = mut_i32(r, (int32_t)d.ratio);
+      a.reserved1 = (uint32_t)mut_i32(r, 0);
       a.q = tensor(r, F16(3, d.rows, 4, 128, 0));
       a.weights = tensor(r, F32(2, d.rows, 4, 0, 0));
-      a.k_index = tensor(r, F16(3, d.num_pages, d.page, 128, 0));
+      a.k_index = tensor(r, F16(3, d.num_pages, d.page / d.ratio, 128, 0));
       a.query_start_loc = tensor(r, qsl);
       a.seq_lens = tensor(r, lens);
       a.block_table = tensor(r, table);
-      a.topk_idx = tensor(r, I32(2, d.rows, d.topk, 0, 0));
+      a.topk_idx = tensor(r, I32(2, d.rows, d.topk + d.ratio - 1, 0, 0));
       a.sel_blocks = tensor(r, I32(2, d.rows, d.sel_blocks, 0, 0));
       a.sel_mask = tensor(r, U64(2, d.rows, d.sel_blocks, 0, 0));
       a.sel_count = tensor(r, I32(1, d.rows, 0, 0, 0));
@@ -411,6 +431,7 @@ fz_args fz_build_args(fz_reader *r, sm70ops_op op) {
       a.sel_count = tensor(r, I32(1, d.rows, 0, 0, 0));
       a.out = tensor(r, F16(3, d.rows, d.heads_q, d.head_dim, 0));
       a.lse = tensor(r, F32(2, d.rows, d.heads_q, 0, 0));
+      a.gate = tensor(r, F16(3, d.rows, d.heads_q, d.head_dim, 0));
       out.args = sized_copy(r, &a, sizeof(a), &out.struct_size);
       break;
     }

@@ -21,7 +21,9 @@ typedef struct fz_args {
  * baseline. */
 fz_args fz_build_args(fz_reader *r, sm70ops_op op);
 
-/* sizeof the ABI 1.0 args struct of `op`, 0 for an unknown id. */
+/* sizeof the args struct of `op` in this header's ABI minor, 0 for an unknown id. */
 uint32_t fz_args_size(sm70ops_op op);
+/* Its size in ABI 1.0 (the plugin takes both). */
+uint32_t fz_args_size_1_0(sm70ops_op op);
 
 #endif /* SM70OPS_TESTS_FUZZ_FUZZ_ARGS_H_ */

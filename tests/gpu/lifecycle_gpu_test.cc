@@ -88,6 +88,27 @@ TEST(SM70_Lifecycle, DeviceContextReadsTheSharedMemoryLimit) {
       << log.Dump();
 }
 
+// An ordinal past the machine's devices is the host's mistake: refused, naming it, where a
+// machine without any device gets a context whose every op declines NO_DEVICE.
+TEST(SM70_Lifecycle, DeviceOrdinalPastTheDevicesIsRefused) {
+  SM70OPS_REQUIRE_GPU();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  sm70ops_host *host = Open(70);  // the API without a device context
+  ASSERT_NE(host, nullptr);
+  const sm70ops_api *api = sm70ops_host_api(host);
+  sm70ops_context_desc desc = {};
+  desc.struct_size = sizeof(desc);
+  desc.device_ordinal = count;
+  sm70ops_context *ctx = reinterpret_cast<sm70ops_context *>(&desc);  // stale, must be reset
+  EXPECT_EQ(api->context_create(&desc, &ctx), SM70OPS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_NE(std::string(api->last_error()).find("device_ordinal " + std::to_string(count)),
+            std::string::npos)
+      << api->last_error();
+  sm70ops_host_close(host);
+}
+
 // What a process holds: resident set, malloc'd bytes in use, and mappings (a library or
 // driver object left mapped shows up in the last one, a leaked allocation in the second).
 struct Footprint {

@@ -2,8 +2,10 @@
 // random quantized weights, outputs, workspace and repacked weights poisoned before each run.
 // Checked per case: rel-L2 <= 5e-3 (ops.md, op 3) and no NaN/Inf; two runs bit-identical; the
 // prepared layout (op 4, then op 3 with the checkpoint data pointers NULL) bit-identical to the
-// checkpoint layout. One case also runs the op captured in a CUDA graph; checked mode reports an
-// expert id outside [0, E).
+// checkpoint layout. Shapes: the model's H 2560 with I 640 / 320 / 160 / 80 (TP 1 / 2 / 4 / 8),
+// and H and I odd multiples of 16 (not of 32 or 64: 8-byte aligned checkpoint rows, partial K
+// steps, partial N tiles). One case also runs the op captured in a CUDA graph; checked mode
+// reports an expert id outside [0, E).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,10 +32,11 @@ namespace {
 using sm70ops::ref::Nvfp4MoeWeights;
 
 enum class Routing {
-  kUniform,    // distinct experts per token, uniformly drawn
-  kSkewed,     // expert 0 takes slot 0 of every even token; the last third of experts get nothing
-  kInvalid,    // skewed, and about one slot in seven holds an id outside [0, E)
-  kTileEdges,  // slot j's expert j * 18 + i takes exactly kTileEdgeCounts[i] tokens
+  kUniform,     // distinct experts per token, uniformly drawn
+  kSkewed,      // expert 0 takes slot 0 of every even token; the last third of experts get nothing
+  kInvalid,     // skewed, and about one slot in seven holds an id outside [0, E)
+  kTileEdges,   // slot j's expert j * 18 + i takes exactly kTileEdgeCounts[i] tokens
+  kDuplicates,  // skewed, and the last slot of every token repeats the expert of its first
 };
 
 // Rows per expert at and around the GEMMs' M tiles (32, 64, 128, and a big tile plus a small
@@ -196,6 +199,7 @@ void Route(const Case &c, std::mt19937 &rng, Inputs &in) {
     const std::vector<float> w = RouterWeights(c.topk, rng);
     for (int j = 0; j < c.topk; ++j) {
       int32_t id = pinned ? pool[j] : pool[j + 1];  // pool[0] is expert 0 when skewed
+      if (c.routing == Routing::kDuplicates && j == c.topk - 1) id = in.ids[size_t(t) * c.topk];
       if (c.routing == Routing::kInvalid && seventh(rng) == 0) {
         const int32_t kBad[] = {-1, c.experts, 1 << 30};
         id = kBad[bad(rng)];
@@ -459,28 +463,52 @@ TEST(SM70_Nvfp4MoeChecked, BadExpertIdReportedByTheNextCall) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SM70_Nvfp4Moe,
     ::testing::Values(
-        // TP4 (I = 128) and TP1 (I = 512) ranks of the model, all 512 experts, decode-like T.
-        Case{"tp4_t1_e512", 1, 512, 10, 2048, 128},
-        Case{"tp1_t7_e512", 7, 512, 10, 2048, 512, Routing::kUniform, 0, 0, false, true},
+        // The model's ranks (H 2560, all 512 experts, top-10) at TP4 (I 160), TP1 (I 640), TP2
+        // (I 320) and TP8 (I 80), decode-like T.
+        Case{"tp4_t1_e512", 1, 512, 10, 2560, 160},
+        Case{"tp1_t7_e512", 7, 512, 10, 2560, 640, Routing::kUniform, 0, 0, false, true},
+        Case{"tp2_t5_e512", 5, 512, 10, 2560, 320},
+        Case{"tp8_t13_e512_strided", 13, 512, 10, 2560, 80, Routing::kUniform, 40, 1},
         // Skewed routing (expert 0 takes half the tokens, a third of the experts none), strided
         // x / out / topk views; narrow M tiles (few rows per expert).
-        Case{"tp4_t64_skewed_strided", 64, 64, 10, 2048, 128, Routing::kSkewed, 24, 3},
-        Case{"tp1_t64_skewed", 64, 32, 8, 2048, 512, Routing::kSkewed},
+        Case{"tp4_t64_skewed_strided", 64, 64, 10, 2560, 160, Routing::kSkewed, 24, 3},
+        Case{"tp1_t64_skewed", 64, 32, 8, 2560, 640, Routing::kSkewed},
         // 64- and 128-row M tiles (>= 64 rows per expert on average).
-        Case{"tp4_t1000_skewed", 1000, 32, 4, 2048, 128, Routing::kSkewed, 8},
-        Case{"tp1_t1000", 1000, 16, 2, 1024, 512},
-        Case{"t8192_quantized_floats", 8192, 16, 2, 256, 128, Routing::kSkewed, 0, 0, true},
+        Case{"tp4_t1000_skewed", 1000, 32, 4, 2560, 160, Routing::kSkewed, 8},
+        Case{"tp1_t999", 999, 16, 2, 2560, 640},
+        Case{"tp8_t501_duplicates", 501, 16, 4, 2560, 80, Routing::kDuplicates},
+        // Odd multiples of 16: I 208 and 112 (checkpoint w2 rows of 104 and 56 bytes, a last K
+        // step of 16 or 48 k), H 2576 and 272 (w13 rows of 1288 and 136 bytes, a last K step of
+        // 16 k, a last W2 N tile of 16 rows); duplicate ids, idle experts.
+        Case{"i208_t33_duplicates", 33, 64, 10, 2560, 208, Routing::kDuplicates, 8, 2},
+        Case{"h2576_i112_t300_skewed", 300, 32, 4, 2576, 112, Routing::kSkewed},
+        Case{"h272_i80_t50_skewed_strided", 50, 16, 4, 272, 80, Routing::kSkewed, 8, 1},
+        Case{"t8192_quantized_floats", 8192, 16, 2, 272, 112, Routing::kSkewed, 0, 0, true},
         // Ids outside [0, E) contribute nothing; H and I not multiples of the 256/128-row N
         // tiles (partial weight tiles).
-        Case{"invalid_ids_partial_tiles", 100, 8, 3, 192, 64, Routing::kInvalid, 8, 1},
+        Case{"invalid_ids_partial_tiles", 100, 8, 3, 208, 48, Routing::kInvalid, 8, 1},
         // Experts with 1 .. 257 rows around the M tiles; a K of fewer than 8 steps (gate/up at
-        // H 256, down at I 128) splits 128-row tiles over two blocks, 8 or more runs them whole.
+        // H 256, down at I 160) splits 128-row tiles over two blocks, 8 or more runs them whole.
+        // The last W13 N tile holds 32 (I 160, as at TP4) or 80 (I 80) of 128 column pairs; H 528
+        // ends its K steps on 16 k in the 128-row tiles.
         Case{"tile_edges_short_k_gate_up", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 256, 512,
              Routing::kTileEdges},
-        Case{"tile_edges_short_k_down", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 1024, 128,
+        Case{"tile_edges_i160", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 512, 160,
+             Routing::kTileEdges},
+        Case{"tile_edges_h528_i80", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 528, 80,
              Routing::kTileEdges},
         // More tokens than one pass (16384): two passes over the weights.
-        Case{"two_passes", 16484, 4, 2, 64, 64, Routing::kSkewed, 0, 0, true}),
+        Case{"two_passes", 16484, 4, 2, 80, 48, Routing::kSkewed, 0, 0, true}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+// Sized for the simulated V100 (tools/sim_tests.sh runs every Sim case): H and I odd multiples
+// of 16 (8-byte aligned checkpoint rows, last K steps of 16 and 48 k, last N tiles of 16 and 32
+// columns split over K), idle experts, duplicate and invalid ids, strided views.
+INSTANTIATE_TEST_SUITE_P(
+    Sim, SM70_Nvfp4Moe,
+    ::testing::Values(Case{"h272_i80_skewed_strided", 11, 16, 4, 272, 80, Routing::kSkewed, 8, 1},
+                      Case{"i160_duplicates", 13, 8, 2, 256, 160, Routing::kDuplicates},
+                      Case{"i112_invalid_ids", 9, 12, 4, 256, 112, Routing::kInvalid, 0, 2}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace

@@ -2,7 +2,10 @@
 // random inputs, out and lse poisoned before each run. Gates of ops.md: rel-L2 <= 2e-3 against
 // the fp64 reference, max-abs error <= 2x that of the same-precision (fp32 math, fp16 out)
 // reference, no NaN or Inf the reference does not have; an empty selection gives 0 and -inf;
-// selecting everything equals dense causal attention.
+// selecting everything equals dense causal attention. Cases at the model's shapes (ops.md v2:
+// 6 query heads per KV head at TP4, 24/2 at TP1, D 256, 16-, 32- and 64-token pages, op 1's
+// token sets of 4-token groups, the sigmoid gate) and at odd ones; batches cut the kernel's row
+// tiles (48 or 96 MMA rows: 8 or 16 rows at G 6) at request boundaries and leave partial tiles.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,26 +28,27 @@
 namespace sm70ops_gpu {
 namespace {
 
+using sm70ops::ref::Expansion;
 using sm70ops::ref::Selection;
 
-constexpr int kPage = 64;
+constexpr int kRatio = 4;  // op 1's compress ratio c for the model: tokens a selected group holds
 
 enum class Pick {
-  kAll,        // every token 0..pos: must equal dense causal attention
-  kSparse,     // K tokens spread uniformly: about one per page
-  kClustered,  // runs of 16 consecutive tokens
-  kRealistic,  // clustered, each row keeping ~80% of its neighbour's tokens
-  kEmptyRows,  // realistic, with every third row selecting nothing
+  kAll,     // all-ones masks over every page 0..pos: must equal dense causal attention
+  kModel,   // op 1's token set: B/c groups of c tokens and the tail, ~80% kept from the neighbour
+  kSparse,  // B single tokens spread uniformly
+  kEmptyRows,  // kModel, with every third row selecting nothing
 };
 
 struct Case {
   std::string name;
   std::vector<std::pair<int, int>> requests;  // (query_len, seq_len)
-  int q_heads, kv_heads, head_dim;
-  int topk;
+  int q_heads, kv_heads, head_dim, page;
+  int budget;  // B, tokens a row selects (kModel: B / c groups plus the tail)
   Pick pick;
-  int q_row_pad = 0;      // strided q
-  bool fused_kv = false;  // k and v as views of one [2, pages, 64, Hkv, D] buffer
+  bool gated = false;
+  int row_pad = 0;        // strided q, gate and out: rows this many elements apart beyond Hq x D
+  bool fused_kv = false;  // k and v as views of one [2, pages, P, Hkv, D] buffer
   float sharpness = 1.f;  // sm_scale x this: logits wide enough that row maxima keep jumping
 };
 
@@ -52,63 +56,56 @@ void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
 // The batch (requests' pages scattered over a shuffled cache with 2 spare pages) and its data.
 struct Inputs : sm70ops::ref::ScatteredBatch {
-  std::vector<uint16_t> q;
+  std::vector<uint16_t> q, gate;  // gate empty: ungated
   sm70ops::ref::KvCache kv;
   Selection sel;
   double overlap = 0;  // mean Jaccard of adjacent rows' page sets
 };
 
-// Up to k positions in [0, len): runs of 16 from random starts.
-std::set<int32_t> Clustered(int len, int k, std::mt19937 &rng) {
-  std::set<int32_t> out;
-  std::uniform_int_distribution<int> start(0, std::max(0, len - 1));
-  while (int(out.size()) < std::min(k, len)) {
-    for (int j = start(rng), n = 0; n < 16 && j < len && int(out.size()) < k; ++j, ++n)
-      out.insert(j);
-  }
-  return out;
-}
-
-std::set<int32_t> Sparse(int len, int k, std::mt19937 &rng) {
-  std::set<int32_t> out;
-  std::uniform_int_distribution<int> any(0, std::max(0, len - 1));
-  while (int(out.size()) < std::min(k, len)) out.insert(any(rng));
-  return out;
-}
-
-// The neighbour's tokens still in range, a fifth of them replaced by fresh runs.
-std::set<int32_t> Drift(const std::set<int32_t> &previous, int len, int k, std::mt19937 &rng) {
-  std::set<int32_t> out;
+// Op 1's token set for a row of `len` keys (ops.md): budget / c of its complete groups, then the
+// tail tokens no complete group holds. The row keeps each of `groups` (its neighbour's, on entry)
+// with probability 0.8 and draws fresh groups for the rest; `groups` returns the row's own.
+std::vector<int32_t> ModelTokens(int len, int budget, std::set<int> &groups, std::mt19937 &rng) {
+  const int complete = len / kRatio, want = std::min(budget / kRatio, complete);
+  std::set<int> kept;
   std::bernoulli_distribution keep(0.8);
-  for (int32_t j : previous) {
-    if (j < len && keep(rng)) out.insert(j);
+  for (int g : groups) {
+    if (g < complete && keep(rng)) kept.insert(g);
   }
-  for (int32_t j : Clustered(len, k - int(out.size()), rng)) out.insert(j);
-  return out;
+  std::uniform_int_distribution<int> any(0, std::max(0, complete - 1));
+  while (int(kept.size()) < want) kept.insert(any(rng));
+  groups = kept;
+  std::vector<int32_t> tokens;
+  for (int g : kept) {
+    for (int j = 0; j < kRatio; ++j) tokens.push_back(g * kRatio + j);
+  }
+  for (int j = complete * kRatio; j < len; ++j) tokens.push_back(j);
+  return tokens;
 }
 
-std::vector<sm70ops::ref::Expansion> PickTokens(const Case &c, const Inputs &in,
-                                                std::mt19937 &rng) {
+std::vector<int32_t> SparseTokens(int len, int budget, std::mt19937 &rng) {
+  std::set<int32_t> out;
+  std::uniform_int_distribution<int> any(0, len - 1);
+  while (int(out.size()) < std::min(budget, len)) out.insert(any(rng));
+  return {out.begin(), out.end()};
+}
+
+std::vector<Expansion> PickTokens(const Case &c, const Inputs &in, std::mt19937 &rng) {
   const auto rows = sm70ops::ref::varlen_rows(in.meta);
-  std::vector<sm70ops::ref::Expansion> out;
-  std::set<int32_t> previous;
+  std::vector<Expansion> out;
+  std::set<int> groups;
   for (int t = 0; t < in.rows; ++t) {
-    const int len = rows[t].len;
-    const bool first = t == 0 || rows[t - 1].request != rows[t].request;
-    std::set<int32_t> chosen;
-    if (c.pick == Pick::kSparse) chosen = Sparse(len, c.topk, rng);
-    if (c.pick == Pick::kClustered) chosen = Clustered(len, c.topk, rng);
-    if (c.pick == Pick::kRealistic || c.pick == Pick::kEmptyRows) {
-      chosen = first ? Clustered(len, c.topk, rng) : Drift(previous, len, c.topk, rng);
-    }
-    previous = chosen;
-    if (c.pick == Pick::kEmptyRows && t % 3 == 1) chosen.clear();
-    out.push_back(sm70ops::ref::qsa_index_expand({chosen.begin(), chosen.end()}));
+    if (t == 0 || rows[t - 1].request != rows[t].request) groups.clear();
+    std::vector<int32_t> tokens = c.pick == Pick::kSparse
+                                      ? SparseTokens(rows[t].len, c.budget, rng)
+                                      : ModelTokens(rows[t].len, c.budget, groups, rng);
+    if (c.pick == Pick::kEmptyRows && t % 3 == 1) tokens.clear();
+    out.push_back(sm70ops::ref::qsa_index_expand(tokens, c.page));
   }
   return out;
 }
 
-double MeanNeighbourJaccard(const std::vector<sm70ops::ref::Expansion> &rows) {
+double MeanNeighbourJaccard(const std::vector<Expansion> &rows) {
   double sum = 0;
   int pairs = 0;
   for (size_t t = 1; t < rows.size(); ++t) {
@@ -121,28 +118,37 @@ double MeanNeighbourJaccard(const std::vector<sm70ops::ref::Expansion> &rows) {
   return pairs ? sum / pairs : 0;
 }
 
+// sel_blocks' width: what ops.md says always suffices, min(B/c + 1, ceil(max L / P)) (single
+// tokens: min(B, ...)); every page for kAll.
+int SelectionWidth(const Case &c, const Inputs &in) {
+  if (c.pick == Pick::kAll) return in.meta.max_pages;
+  const int pages = c.pick == Pick::kSparse ? c.budget : c.budget / kRatio + 1;
+  return std::max(1, std::min(pages, in.meta.max_pages));
+}
+
 Inputs MakeInputs(const Case &c) {
   std::mt19937 rng(uint32_t(std::hash<std::string>{}(c.name)));
   Inputs in;
   static_cast<sm70ops::ref::ScatteredBatch &>(in) =
-      sm70ops::ref::scattered_batch(c.requests, 2, rng);
-  in.q = sm70ops::ref::random_halves(size_t(in.rows) * c.q_heads * c.head_dim, rng);
-  const size_t kv_elems = size_t(in.num_pages) * kPage * c.kv_heads * c.head_dim;
+      sm70ops::ref::scattered_batch(c.requests, 2, rng, c.page);
+  const size_t q_elems = size_t(in.rows) * c.q_heads * c.head_dim;
+  in.q = sm70ops::ref::random_halves(q_elems, rng);
+  if (c.gated) in.gate = sm70ops::ref::random_halves(q_elems, rng);
+  const size_t kv_elems = size_t(in.num_pages) * c.page * c.kv_heads * c.head_dim;
   in.kv = {sm70ops::ref::random_halves(kv_elems, rng), sm70ops::ref::random_halves(kv_elems, rng),
            c.kv_heads, c.head_dim};
-  const int nb = std::min(in.meta.max_pages, std::max(1, c.topk));
   if (c.pick == Pick::kAll) {
-    in.sel = sm70ops::ref::select_all_tokens(in.meta, in.meta.max_pages);
+    in.sel = sm70ops::ref::select_all_tokens(in.meta, SelectionWidth(c, in));
   } else {
     const auto rows = PickTokens(c, in, rng);
     in.overlap = MeanNeighbourJaccard(rows);
-    in.sel = sm70ops::ref::pack_selection(rows, nb);
+    in.sel = sm70ops::ref::pack_selection(rows, SelectionWidth(c, in));
   }
   return in;
 }
 
 struct Outputs {
-  std::vector<uint16_t> o;
+  std::vector<uint16_t> o;  // [T, Hq, D], dense
   std::vector<float> lse;
 };
 
@@ -150,11 +156,11 @@ struct Outputs {
 class AttnRun {
  public:
   AttnRun(const Case &c, const Inputs &in, float sm_scale)
-      : T_(in.rows), Hq_(c.q_heads), D_(c.head_dim), q_row_(Hq_ * D_ + c.q_row_pad) {
-    const int64_t Hkv = c.kv_heads, R = int64_t(c.requests.size()), P = in.num_pages;
-    const int64_t nb = in.sel.nb;
-    q_ = Uploaded(Strided(in.q, T_, Hq_ * D_, q_row_, 0, kNanHalf));
-    std::vector<uint16_t> kv_host(in.kv.k);  // k then v: one [2, P, 64, Hkv, D] buffer
+      : T_(in.rows), Hq_(c.q_heads), D_(c.head_dim), row_(Hq_ * D_ + c.row_pad) {
+    const int64_t Hkv = c.kv_heads, R = int64_t(c.requests.size()), pages = in.num_pages;
+    const int64_t nb = in.sel.nb, P = c.page;
+    q_ = Uploaded(Strided(in.q, T_, Hq_ * D_, row_, 0, kNanHalf));
+    std::vector<uint16_t> kv_host(in.kv.k);  // k then v: one [2, pages, P, Hkv, D] buffer
     kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
     kv_ = Uploaded(kv_host);
     k_only_ = Uploaded(in.kv.k), v_only_ = Uploaded(in.kv.v);
@@ -162,10 +168,11 @@ class AttnRun {
     table_ = Uploaded(in.meta.block_table);
     blocks_ = Uploaded(in.sel.blocks), masks_ = Uploaded(in.sel.masks);
     count_ = Uploaded(in.sel.count);
-    o_ = DeviceBuffer(T_ * Hq_ * D_ * 2), lse_ = DeviceBuffer(T_ * Hq_ * 4);
-    const std::vector<int64_t> kv_shape = {P, kPage, Hkv, D_};
-    const uint64_t v_offset = c.fused_kv ? uint64_t(P * kPage * Hkv * D_) * 2 : 0;
-    Add(q_.data(), kF16, {T_, Hq_, D_}, {q_row_, D_, 1}, &args_.q);
+    o_ = DeviceBuffer(T_ * row_ * 2), lse_ = DeviceBuffer(T_ * Hq_ * 4);
+    const std::vector<int64_t> heads = {T_, Hq_, D_}, strides = {row_, D_, 1};
+    const std::vector<int64_t> kv_shape = {pages, P, Hkv, D_};
+    const uint64_t v_offset = c.fused_kv ? uint64_t(pages * P * Hkv * D_) * 2 : 0;
+    Add(q_.data(), kF16, heads, strides, &args_.q);
     Add(c.fused_kv ? kv_.data() : k_only_.data(), kF16, kv_shape, DenseStrides(kv_shape),
         &args_.k_cache);
     Add(c.fused_kv ? kv_.data() : v_only_.data(), kF16, kv_shape, DenseStrides(kv_shape),
@@ -176,13 +183,20 @@ class AttnRun {
     Add(blocks_.data(), kI32, {T_, nb}, {nb, 1}, &args_.sel_blocks);
     Add(masks_.data(), kU64, {T_, nb}, {nb, 1}, &args_.sel_mask);
     Add(count_.data(), kI32, {T_}, {1}, &args_.sel_count);
-    Add(o_.data(), kF16, {T_, Hq_, D_}, DenseStrides({T_, Hq_, D_}), &args_.out);
+    Add(o_.data(), kF16, heads, strides, &args_.out);
     Add(lse_.data(), kF32, {T_, Hq_}, {Hq_, 1}, &args_.lse);
+    if (!in.gate.empty()) {
+      gate_ = Uploaded(Strided(in.gate, T_, Hq_ * D_, row_, 0, kNanHalf));
+      Add(gate_.data(), kF16, heads, strides, &args_.gate);
+    }
     args_.struct_size = sizeof(args_);
     args_.sm_scale = sm_scale;
     args_.max_seq_len = in.max_seq_len;
     args_.max_query_len = in.max_query_len;
   }
+
+  // As an ABI 1.0 host sends it: the struct ends before `gate`, which the plugin must not read.
+  void AsAbi10() { args_.struct_size = SM70OPS_QSA_ATTN_ARGS_SIZE_1_0; }
 
   // check() accepts, and the (empty) workspace is allocated.
   bool Accepted(const Plugin &plugin) {
@@ -194,6 +208,7 @@ class AttnRun {
     return d.accepted;
   }
 
+  // Every byte of out's buffer (the padding between strided rows too) and of lse.
   void Poison(void *stream) { o_.PoisonAsync(0x7f, stream), lse_.PoisonAsync(0x7f, stream); }
 
   sm70ops_status Execute(const Plugin &plugin, void *stream) {
@@ -201,10 +216,18 @@ class AttnRun {
                                 workspace_.data(), workspace_.bytes());
   }
 
+  // out's rows without their padding, which must still hold the poison.
   Outputs Download() const {
+    std::vector<uint16_t> strided(T_ * row_);
+    o_.Download(strided.data(), strided.size() * 2);
     Outputs out;
-    out.o.resize(T_ * Hq_ * D_), out.lse.resize(T_ * Hq_);
-    o_.Download(out.o.data(), out.o.size() * 2);
+    for (int64_t t = 0; t < T_; ++t) {
+      const auto row = strided.begin() + t * row_;
+      out.o.insert(out.o.end(), row, row + Hq_ * D_);
+      EXPECT_TRUE(std::all_of(row + Hq_ * D_, row + row_, [](uint16_t h) { return h == 0x7f7f; }))
+          << "row " << t << ": out written past its view";
+    }
+    out.lse.resize(T_ * Hq_);
     lse_.Download(out.lse.data(), out.lse.size() * 4);
     return out;
   }
@@ -224,15 +247,14 @@ class AttnRun {
     *slot = views_.back()->get();
   }
 
-  int64_t T_, Hq_, D_, q_row_;
-  DeviceBuffer q_{0}, kv_{0}, k_only_{0}, v_only_{0}, qsl_{0}, lens_{0}, table_{0};
+  int64_t T_, Hq_, D_, row_;
+  DeviceBuffer q_{0}, gate_{0}, kv_{0}, k_only_{0}, v_only_{0}, qsl_{0}, lens_{0}, table_{0};
   DeviceBuffer blocks_{0}, masks_{0}, count_{0}, o_{0}, lse_{0}, workspace_{0};
   std::vector<std::unique_ptr<View>> views_;
   sm70ops_qsa_attn_args args_ = {};
 };
 
-Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in, float sm_scale) {
-  AttnRun run(c, in, sm_scale);
+Outputs RunOp(const Plugin &plugin, AttnRun &run) {
   if (!run.Accepted(plugin)) return {};
   run.Poison(nullptr);
   EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
@@ -249,14 +271,15 @@ void ExpectLse(const std::vector<float> &got, const std::vector<double> &want) {
   EXPECT_EQ(bad, 0) << "lse entries off by more than 1e-3 (or not -inf for an empty set)";
 }
 
-class SM70_QsaAttn : public ::testing::TestWithParam<Case> {};
-
-// ops.md's gates for `out` against the fp64 and the same-precision references.
-void ExpectMatchesReference(const Case &c, const Inputs &in, float sm_scale, const Outputs &out) {
+// ops.md's gates for `out` against the fp64 and the same-precision references; `gate` is the
+// one the reference applies (empty: none).
+void ExpectMatchesReference(const Case &c, const Inputs &in, const std::vector<uint16_t> &gate,
+                            float sm_scale, const Outputs &out) {
   using sm70ops::ref::AttnPrecision;
-  const auto ref = sm70ops::ref::qsa_attn_ref(in.q, c.q_heads, in.kv, in.meta, in.sel, sm_scale);
+  const auto ref =
+      sm70ops::ref::qsa_attn_ref(in.q, c.q_heads, in.kv, in.meta, in.sel, sm_scale, gate);
   const auto same = sm70ops::ref::qsa_attn_ref(in.q, c.q_heads, in.kv, in.meta, in.sel, sm_scale,
-                                               AttnPrecision::kFp32Fp16Out);
+                                               gate, AttnPrecision::kFp32Fp16Out);
   std::vector<double> got(out.o.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = sm70ops::ref::half_to_float(out.o[i]);
   const auto gpu = sm70ops::ref::compare(got, ref.o),
@@ -267,7 +290,7 @@ void ExpectMatchesReference(const Case &c, const Inputs &in, float sm_scale, con
   ExpectLse(out.lse, ref.lse);
   if (c.pick == Pick::kAll) {  // selecting everything is dense causal attention
     const auto dense =
-        sm70ops::ref::dense_causal_attn_ref(in.q, c.q_heads, in.kv, in.meta, sm_scale);
+        sm70ops::ref::dense_causal_attn_ref(in.q, c.q_heads, in.kv, in.meta, sm_scale, gate);
     EXPECT_LE(sm70ops::ref::compare(got, dense.o).rel_l2, 2e-3) << "against dense causal attention";
   }
   std::printf(
@@ -275,27 +298,32 @@ void ExpectMatchesReference(const Case &c, const Inputs &in, float sm_scale, con
       gpu.rel_l2, gpu.max_abs, fp16_ref.max_abs, in.overlap);
 }
 
+float ScaleOf(const Case &c) { return c.sharpness / std::sqrt(float(c.head_dim)); }
+
+class SM70_QsaAttn : public ::testing::TestWithParam<Case> {};
+
 TEST_P(SM70_QsaAttn, MatchesReference) {
   SM70OPS_REQUIRE_GPU();
   Plugin plugin;
   ASSERT_TRUE(plugin.error().empty()) << plugin.error();
   const Case &c = GetParam();
   const Inputs in = MakeInputs(c);
-  const float sm_scale = c.sharpness / std::sqrt(float(c.head_dim));
-  const Outputs out = RunOp(plugin, c, in, sm_scale);
+  AttnRun run(c, in, ScaleOf(c));
+  const Outputs out = RunOp(plugin, run);
   if (HasFailure()) return;
-  ExpectMatchesReference(c, in, sm_scale, out);
+  ExpectMatchesReference(c, in, in.gate, ScaleOf(c), out);
 }
 
-// The TP4 shape with realistic selections, for the checks every execute must pass.
-const Case kRobustCase{"robust", {{24, 3000}, {9, 700}}, 4, 1, 256, 512, Pick::kRealistic};
+// The model's TP4 rank (6 query heads, 1 KV head, D 256) on 16-token pages, gated, for the checks
+// every execute must pass.
+const Case kRobustCase{"robust", {{24, 3000}, {9, 700}}, 6, 1, 256, 16, 512, Pick::kModel, true};
 
 TEST(SM70_QsaAttnRobust, GraphReplayEqualsEager) {
   SM70OPS_REQUIRE_GPU();
   Plugin plugin;
   ASSERT_TRUE(plugin.error().empty()) << plugin.error();
   const Inputs in = MakeInputs(kRobustCase);
-  AttnRun run(kRobustCase, in, 0.0625f);
+  AttnRun run(kRobustCase, in, ScaleOf(kRobustCase));
   ASSERT_TRUE(run.Accepted(plugin));
   ExpectGraphReplayEqualsEager(plugin, run);
 }
@@ -308,11 +336,49 @@ TEST(SM70_QsaAttnRobust, EightStreamsEqualSerial) {
   ExpectConcurrentStreamsBitIdentical<AttnRun>(
       plugin,
       [&] {
-        auto run = std::make_unique<AttnRun>(kRobustCase, in, 0.0625f);
+        auto run = std::make_unique<AttnRun>(kRobustCase, in, ScaleOf(kRobustCase));
         EXPECT_TRUE(run->Accepted(plugin));
         return run;
       },
       8);
+}
+
+// A 1.0 host's struct ends before `gate`: whatever lies past it (here a real gate) is not read,
+// and the result is the ungated one.
+TEST(SM70_QsaAttnAbi, A10StructIsUngated) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Inputs in = MakeInputs(kRobustCase);
+  AttnRun run(kRobustCase, in, ScaleOf(kRobustCase));
+  run.AsAbi10();
+  const Outputs out = RunOp(plugin, run);
+  if (HasFailure()) return;
+  ExpectMatchesReference(kRobustCase, in, {}, ScaleOf(kRobustCase), out);
+}
+
+// Runs kRobustCase on `in` in checked mode or not: one execute succeeds; the next reports the
+// bad index the first one saw, naming `what`, once (checked), or succeeds (not).
+void ExpectReportedByTheNextCall(const Inputs &in, bool checked, const std::string &what) {
+  setenv("SM70OPS_CHECKED", checked ? "1" : "0", 1);
+  Plugin plugin;
+  unsetenv("SM70OPS_CHECKED");
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  AttnRun run(kRobustCase, in, ScaleOf(kRobustCase));
+  ASSERT_TRUE(run.Accepted(plugin));
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
+  Synchronize();
+  const sm70ops_status next = run.Execute(plugin, nullptr);
+  Synchronize();
+  if (!checked) {
+    EXPECT_EQ(next, SM70OPS_OK) << plugin.api().last_error();
+    return;
+  }
+  EXPECT_EQ(next, SM70OPS_ERR_INDEX_OUT_OF_RANGE);
+  EXPECT_NE(std::string(plugin.api().last_error()).find(what), std::string::npos)
+      << plugin.api().last_error();
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << "the report is given once";
+  Synchronize();
 }
 
 // Checked mode: a block table entry past the cache is skipped (reads as zero keys) and reported
@@ -323,56 +389,134 @@ TEST(SM70_QsaAttnChecked, BadPageIdReportedByTheNextCall) {
   in.meta.block_table[3] = in.num_pages + 7;  // request 0's page 3: selected by its rows
   for (const bool checked : {true, false}) {
     SCOPED_TRACE(checked ? "checked" : "unchecked");
-    setenv("SM70OPS_CHECKED", checked ? "1" : "0", 1);
-    Plugin plugin;
-    unsetenv("SM70OPS_CHECKED");
-    ASSERT_TRUE(plugin.error().empty()) << plugin.error();
-    AttnRun run(kRobustCase, in, 0.0625f);
-    ASSERT_TRUE(run.Accepted(plugin));
-    EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
-    Synchronize();
-    const sm70ops_status next = run.Execute(plugin, nullptr);
-    Synchronize();
-    if (checked) {
-      EXPECT_EQ(next, SM70OPS_ERR_INDEX_OUT_OF_RANGE);
-      EXPECT_NE(std::string(plugin.api().last_error()).find("block_table page id"),
-                std::string::npos)
-          << plugin.api().last_error();
-      EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << "the report is given once";
-      Synchronize();
-    } else {
-      EXPECT_EQ(next, SM70OPS_OK) << plugin.api().last_error();
-    }
+    ExpectReportedByTheNextCall(in, checked, "block_table page id");
   }
 }
+
+// Checked mode: a query_start_loc that decreases, or does not end at T, is reported by the next
+// execute (without checked mode such rows are written as another request's or not at all: the
+// plugin cannot read device metadata without a synchronisation).
+TEST(SM70_QsaAttnChecked, MalformedQueryStartLocReportedByTheNextCall) {
+  SM70OPS_REQUIRE_GPU();
+  // kRobustCase has T = 33 rows in two requests: {0, 24, 33}.
+  for (const std::vector<int32_t> &starts : {std::vector<int32_t>{0, 34, 33}, {0, 24, 32}}) {
+    SCOPED_TRACE(starts[1] * 100 + starts[2]);
+    Inputs in = MakeInputs(kRobustCase);
+    in.meta.query_start_loc = starts;
+    ExpectReportedByTheNextCall(in, true, "query_start_loc");
+  }
+}
+
+// Checked mode: a row whose sel_blocks descend and leave [0, max_pages) is reported by the next
+// execute; its bad entries are skipped, and every other row of its tile stays exact.
+TEST(SM70_QsaAttnChecked, BadSelectionReportedOtherRowsExact) {
+  SM70OPS_REQUIRE_GPU();
+  const Inputs in = MakeInputs(kRobustCase);
+  Inputs bad = in;
+  const int row = 5, nb = bad.sel.nb;
+  int32_t *entries = &bad.sel.blocks[size_t(row) * nb];
+  ASSERT_GE(bad.sel.count[row], 5);
+  std::swap(entries[1], entries[2]);
+  entries[3] = -5;
+  entries[4] = bad.meta.max_pages + 3;
+  setenv("SM70OPS_CHECKED", "1", 1);
+  Plugin plugin;
+  unsetenv("SM70OPS_CHECKED");
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  AttnRun run(kRobustCase, bad, ScaleOf(kRobustCase));
+  Outputs out = RunOp(plugin, run);
+  if (HasFailure()) return;
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_ERR_INDEX_OUT_OF_RANGE);
+  Synchronize();
+  EXPECT_NE(std::string(plugin.api().last_error()).find("sel_blocks page"), std::string::npos)
+      << plugin.api().last_error();
+  // The bad row compared as if it were right: it must only not spill into the others.
+  const auto ref = sm70ops::ref::qsa_attn_ref(in.q, kRobustCase.q_heads, in.kv, in.meta, in.sel,
+                                              ScaleOf(kRobustCase), in.gate);
+  const size_t heads = kRobustCase.q_heads, width = heads * kRobustCase.head_dim;
+  for (size_t i = 0; i < width; ++i) {
+    out.o[row * width + i] = sm70ops::ref::float_to_half(float(ref.o[row * width + i]));
+  }
+  for (size_t h = 0; h < heads; ++h) out.lse[row * heads + h] = float(ref.lse[row * heads + h]);
+  ExpectMatchesReference(kRobustCase, in, in.gate, ScaleOf(kRobustCase), out);
+}
+
+// Rows whose contexts L are 1, 3, 4, 5 (a fresh 5-token prompt), 63, 64, 65, 2051, 2052 (either
+// side of the budget plus a tail) and 4097, in one batch of five requests.
+const std::vector<std::pair<int, int>> kContextEdges = {
+    {5, 5}, {3, 65}, {2, 2052}, {1, 4097}, {4, 2051}};
+// Requests that cut 8- and 16-row tiles: one of 10 rows (a partial tile), 9, then 21 (the last
+// tile partial again), each tile of one request only.
+const std::vector<std::pair<int, int>> kTileEdges = {{10, 3000}, {9, 2500}, {21, 1000}};
+
+// Sized for the simulated V100 (tools/sim_tests.sh runs every Sim case): each page size, the
+// model's GQA groups at TP4 and TP1, head dim 128, the gate, and empty and full selections.
+INSTANTIATE_TEST_SUITE_P(
+    Sim, SM70_QsaAttn,
+    ::testing::Values(Case{"tp4_p16_gated", {{9, 300}}, 6, 1, 256, 16, 256, Pick::kModel, true},
+                      Case{"tp1_p64", {{5, 200}}, 24, 2, 256, 64, 128, Pick::kModel},
+                      Case{"tp4_p32_all_equals_dense", {{7, 150}}, 6, 1, 256, 32, 0, Pick::kAll},
+                      Case{"tp4_p64_empty_rows", {{6, 300}}, 6, 1, 256, 64, 128, Pick::kEmptyRows},
+                      Case{"g1_d128_p64", {{9, 300}}, 2, 2, 128, 64, 64, Pick::kSparse}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SM70_QsaAttn,
     ::testing::Values(
-        Case{"tp4_realistic", {{48, 5000}}, 4, 1, 256, 2048, Pick::kRealistic},
-        Case{"tp4_sharp", {{40, 6000}}, 4, 1, 256, 2048, Pick::kRealistic, 0, false, 32.f},
-        Case{"tp4_all_equals_dense", {{21, 700}}, 4, 1, 256, 2048, Pick::kAll},
-        Case{"tp4_sparse", {{16, 9000}}, 4, 1, 256, 512, Pick::kSparse},
-        Case{"tp4_clustered_partial_page", {{13, 4133}}, 4, 1, 256, 1024, Pick::kClustered},
-        Case{"tp4_empty_rows", {{10, 3000}}, 4, 1, 256, 512, Pick::kEmptyRows},
-        Case{"batch3_strided_fused_kv",
-             {{9, 2100}, {1, 1}, {30, 900}},
-             4,
+        // The model: TP4 rank (6/1) and TP1 (24/2), D 256, B 2048 in 4-token groups.
+        Case{"tp4_p64", {{48, 5000}}, 6, 1, 256, 64, 2048, Pick::kModel},
+        Case{"tp4_p16_gated", {{48, 5000}}, 6, 1, 256, 16, 2048, Pick::kModel, true},
+        Case{"tp4_p32_gated_strided", {{33, 6000}}, 6, 1, 256, 32, 2048, Pick::kModel, true, 64},
+        Case{"tp1_p64_gated", {{23, 3000}}, 24, 2, 256, 64, 2048, Pick::kModel, true},
+        Case{"tp1_p16", {{23, 3000}}, 24, 2, 256, 16, 2048, Pick::kModel},
+        Case{"tp4_p16_context_edges_gated", kContextEdges, 6, 1, 256, 16, 2048, Pick::kModel, true,
+             8},
+        Case{"tp4_p64_context_edges_fused_kv", kContextEdges, 6, 1, 256, 64, 2048, Pick::kModel,
+             false, 0, true},
+        Case{"tp1_p32_context_edges_gated", kContextEdges, 24, 2, 256, 32, 2048, Pick::kModel,
+             true},
+        Case{"tp4_p16_tile_edges_gated", kTileEdges, 6, 1, 256, 16, 2048, Pick::kModel, true},
+        Case{"tp1_p64_tile_edges", kTileEdges, 24, 2, 256, 64, 2048, Pick::kModel},
+        // Empty and full selections in one tile: short rows select all their tokens.
+        Case{"tp4_p16_empty_and_full_rows_gated",
+             {{19, 1200}, {7, 40}},
+             6,
              1,
              256,
-             512,
-             Pick::kRealistic,
-             64,
+             16,
+             2048,
+             Pick::kEmptyRows,
              true},
-        Case{"d128_g8_hkv2", {{20, 1500}}, 16, 2, 128, 512, Pick::kRealistic},
-        Case{"d128_g1", {{33, 800}}, 2, 2, 128, 256, Pick::kClustered},
-        // Group 1 at D 256 (one 16-row fragment, tiles of 16 rows): request 0 fills a tile and
-        // part of a second, request 1 part of its own; both contexts longer than top-k.
-        Case{"d256_g1_batch2", {{19, 2500}, {6, 700}}, 2, 2, 256, 512, Pick::kRealistic},
-        // The whole model's TP1 shape (ops.md: 16 query heads, 2 KV heads, D 256).
-        Case{"tp1_realistic", {{23, 3000}}, 16, 2, 256, 2048, Pick::kRealistic},
-        Case{"d256_g16_all", {{5, 400}}, 16, 1, 256, 4096, Pick::kAll},
-        Case{"d128_g3", {{11, 1000}}, 6, 2, 128, 256, Pick::kSparse}),
+        Case{"tp4_p64_empty_rows", {{19, 3000}}, 6, 1, 256, 64, 512, Pick::kEmptyRows},
+        Case{"tp4_p16_all_equals_dense_gated", {{21, 700}}, 6, 1, 256, 16, 0, Pick::kAll, true},
+        Case{"tp4_p64_all_equals_dense", {{21, 700}}, 6, 1, 256, 64, 0, Pick::kAll},
+        Case{"tp1_p32_all_equals_dense", {{9, 300}}, 24, 2, 256, 32, 0, Pick::kAll},
+        Case{"tp4_p32_sparse", {{16, 9000}}, 6, 1, 256, 32, 512, Pick::kSparse},
+        // 512 of 10000 groups: a row leaves about 44% of the 64-token pages unselected.
+        Case{"tp4_p64_sparse_pages_gated", {{24, 40000}}, 6, 1, 256, 64, 2048, Pick::kModel, true},
+        Case{"tp4_p64_sharp",
+             {{40, 6000}},
+             6,
+             1,
+             256,
+             64,
+             2048,
+             Pick::kModel,
+             false,
+             0,
+             false,
+             32.f},
+        // Long contexts, few rows: the whole 16384-page union bitmap at P 16.
+        Case{"tp4_p16_262144_gated", {{3, 262144}}, 6, 1, 256, 16, 2048, Pick::kModel, true},
+        Case{"tp1_p64_131072", {{17, 131072}, {2, 900}}, 24, 2, 256, 64, 2048, Pick::kModel},
+        // Other GQA groups and head dims (v1's shapes stay accepted).
+        Case{"g4_d256_p64", {{30, 3000}}, 4, 1, 256, 64, 2048, Pick::kModel},
+        Case{"g8_d128_p16_gated", {{20, 1500}}, 16, 2, 128, 16, 512, Pick::kModel, true},
+        Case{"g1_d128_p64", {{33, 800}}, 2, 2, 128, 64, 256, Pick::kSparse},
+        Case{"g1_d256_p16_batch2", {{40, 2500}, {6, 700}}, 2, 2, 256, 16, 512, Pick::kModel, true},
+        Case{"g16_d256_p32_all", {{5, 400}}, 16, 1, 256, 32, 0, Pick::kAll},
+        Case{"g3_d128_p64", {{11, 1000}}, 6, 2, 128, 64, 256, Pick::kSparse},
+        Case{"g6_d128_p32_gated", {{17, 2500}}, 6, 1, 128, 32, 2048, Pick::kModel, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace

@@ -4,8 +4,8 @@
 // device whose limit differs from the table's for its capability, so a context that used the
 // table would fail; on the H200 device machine the two agree and cannot tell (lifecycle_gpu_test).
 extern "C" {
-#include "kernels/common/cuda_device.h"
 #include "plugin/context.h"
+#include "plugin/cuda_device.h"
 }
 
 #include <gtest/gtest.h>

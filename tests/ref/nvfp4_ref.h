@@ -40,7 +40,8 @@ Nvfp4Matrix nvfp4_quantize(const float* w, int rows, int cols);
 std::vector<float> nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, float scale_2,
                                     int rows, int cols);
 
-// Checkpoint layout of the routed experts (E experts, hidden H, intermediate I).
+// Checkpoint layout of the routed experts (E experts, hidden H, intermediate I; H and I any
+// multiples of 16, ops.md v2: rows of I = 80 are 40 bytes with 5 scales).
 struct Nvfp4MoeWeights {
   int num_experts = 0;
   int hidden = 0;

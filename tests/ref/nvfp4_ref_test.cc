@@ -111,9 +111,12 @@ TEST(Ref_Nvfp4, DequantizeReadsCheckpointLayout) {
 }
 
 // Each element lands within half an E2M1 gap of the block step, the block scale keeps the block
-// amax near 6 steps, and the tensor's amax survives exactly. Blocks span 5 decades.
-TEST(Ref_Nvfp4, QuantizeDequantizeRoundTrip) {
-  const int rows = 8, cols = 64;
+// amax near 6 steps, and the tensor's amax survives exactly. Blocks span 5 decades; rows of 64
+// and of 80 (five blocks: the 40-byte rows and 5-byte scale rows of I 80).
+class Ref_Nvfp4RoundTrip : public ::testing::TestWithParam<int> {};
+
+TEST_P(Ref_Nvfp4RoundTrip, QuantizeDequantize) {
+  const int rows = 8, cols = GetParam();
   std::vector<float> w = random_normal(rows * cols, 3);
   for (size_t i = 0; i < w.size(); ++i) w[i] *= std::pow(10.0f, static_cast<float>(i / 16 % 6) - 3);
   const Nvfp4Matrix q = nvfp4_quantize(w.data(), rows, cols);
@@ -138,6 +141,33 @@ TEST(Ref_Nvfp4, QuantizeDequantizeRoundTrip) {
     }
   }
   EXPECT_LT(rel_l2(back, w), 0.12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cols, Ref_Nvfp4RoundTrip, ::testing::Values(64, 80));
+
+// Rows of 80 weights: 40 payload bytes and 5 scales each, so no row after the first starts on a
+// 16-byte (payload) or 2-byte (scales) boundary. Element (r, k) has code (3r + k) % 15 + 1 and
+// block scale 2^((r + k/16) % 4 - 1); every value is checked against that closed form.
+TEST(Ref_Nvfp4, DequantizeReadsOddLengthRows) {
+  const int rows = 3, cols = 80;
+  const double magnitudes[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  std::vector<uint8_t> packed(rows * cols / 2, 0), scales(rows * cols / 16);
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < cols; ++k) {
+      const int code = (3 * r + k) % 15 + 1;
+      packed[(r * cols + k) / 2] |= static_cast<uint8_t>(code << (k % 2 == 0 ? 0 : 4));
+    }
+    for (int b = 0; b < cols / 16; ++b) scales[r * cols / 16 + b] = 0x30 + 8 * ((r + b) % 4);
+  }
+  const std::vector<float> w = nvfp4_dequantize(packed.data(), scales.data(), 0.75f, rows, cols);
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < cols; ++k) {
+      const int code = (3 * r + k) % 15 + 1;
+      const double value = (code & 8 ? -1 : 1) * magnitudes[code & 7];
+      const double scale = std::ldexp(1.0, (r + k / 16) % 4 - 1);
+      EXPECT_EQ(w[r * cols + k], value * scale * 0.75) << "row " << r << ", k " << k;
+    }
+  }
 }
 
 TEST(Ref_Nvfp4, QuantizeMoeScalesGateAndUpSeparately) {
@@ -192,6 +222,49 @@ TEST(Ref_Nvfp4, MoeComputedByHand) {
     const double y0 = 16 * magnitudes[n % 8] * 1.0 * a0;
     const double y1 = 16 * magnitudes[n % 8] * 0.5 * a1;
     EXPECT_NEAR(out[n], 0.5 * y0 + 0.25 * y1, 1e-12) << n;
+  }
+}
+
+// H = 48 and I = 80, odd multiples of 16 (I 80 is the model's TP8 slice); one token routed to
+// experts 1 and 0. x is 1, 2, -1 on its three blocks of 16. Gate row n of W13: code (n % 7) + 1
+// on every k, block scales 1, 2, 0.5, so h_gate[n] = 72 m_n s_gate; up rows: -0.5 x 2 on every
+// k, so h_up = -32 s_up. W2 row o: 1.0 on every i with block scale 2^((o + b) % 3) on block b of
+// its five, so y[o] = s_2 sum_n a[n] 2^((o + n / 16) % 3).
+TEST(Ref_Nvfp4, MoeAtOddMultiplesOf16ComputedByHand) {
+  const int experts = 2, hidden = 48, inter = 80;
+  const double magnitudes[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  Nvfp4MoeWeights w{experts, hidden, inter, {}, {}, {}, {}, {}, {}};
+  for (int e = 0; e < experts; ++e) {
+    for (int n = 0; n < 2 * inter; ++n) {
+      const uint8_t code = n < inter ? static_cast<uint8_t>(n % 7 + 1) : 0x9;
+      w.w13.insert(w.w13.end(), hidden / 2, static_cast<uint8_t>(code * 0x11));
+      const std::vector<uint8_t> gate_scales = {0x38, 0x40, 0x30}, up_scales = {0x40, 0x40, 0x40};
+      const std::vector<uint8_t>& row_scales = n < inter ? gate_scales : up_scales;
+      w.w13_scale.insert(w.w13_scale.end(), row_scales.begin(), row_scales.end());
+    }
+    for (int o = 0; o < hidden; ++o) {
+      w.w2.insert(w.w2.end(), inter / 2, 0x22);
+      for (int b = 0; b < inter / 16; ++b) w.w2_scale.push_back(0x38 + 8 * ((o + b) % 3));
+    }
+  }
+  w.w13_scale_2 = {0.25f, 0.125f, 0.5f, 0.0625f};
+  w.w2_scale_2 = {1.0f, 0.5f};
+  std::vector<uint16_t> x(hidden);
+  for (int k = 0; k < hidden; ++k) x[k] = float_to_half(k < 16 ? 1.0f : k < 32 ? 2.0f : -1.0f);
+  const std::vector<double> out = nvfp4_moe_ref(x, {1, 0}, {0.25f, 0.5f}, 2, w);
+  const auto expert_out = [&](int e, int o) {
+    double y = 0;
+    for (int n = 0; n < inter; ++n) {
+      const double gate = 72 * magnitudes[n % 7 + 1] * w.w13_scale_2[2 * e];
+      const double up = -32 * double{w.w13_scale_2[2 * e + 1]};
+      y += gate / (1 + std::exp(-gate)) * up * std::ldexp(1.0, (o + n / 16) % 3);
+    }
+    return y * w.w2_scale_2[e];
+  };
+  ASSERT_EQ(out.size(), static_cast<size_t>(hidden));
+  for (int o = 0; o < hidden; ++o) {
+    const double want = 0.25 * expert_out(1, o) + 0.5 * expert_out(0, o);
+    EXPECT_NEAR(out[o], want, 1e-12 * std::abs(want)) << o;
   }
 }
 

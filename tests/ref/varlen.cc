@@ -17,13 +17,15 @@ void validate(const Varlen& meta) {
   require(meta.query_start_loc.size() == meta.seq_lens.size() + 1, "query_start_loc needs R+1");
   require(meta.query_start_loc[0] == 0, "query_start_loc[0] must be 0");
   require(meta.max_pages >= 0, "max_pages must be >= 0");
+  require(meta.page_size > 0, "page_size must be > 0");
   require(meta.block_table.size() == static_cast<size_t>(requests) * meta.max_pages,
           "block_table must be [R, max_pages]");
   for (int r = 0; r < requests; ++r) {
     const int query_len = meta.query_start_loc[r + 1] - meta.query_start_loc[r];
     require(query_len >= 0, "query_start_loc must not decrease");
     require(meta.seq_lens[r] >= query_len, "seq_len must cover the query chunk");
-    require(meta.seq_lens[r] <= meta.max_pages * kPageSize, "block_table too narrow for seq_len");
+    require(meta.seq_lens[r] <= static_cast<int64_t>(meta.max_pages) * meta.page_size,
+            "block_table too narrow for seq_len");
   }
 }
 
@@ -52,14 +54,15 @@ std::vector<RowInfo> varlen_rows(const Varlen& meta) {
 
 int64_t physical_token(const Varlen& meta, int request, int position) {
   const int32_t page =
-      meta.block_table[static_cast<size_t>(request) * meta.max_pages + position / kPageSize];
-  return static_cast<int64_t>(page) * kPageSize + position % kPageSize;
+      meta.block_table[static_cast<size_t>(request) * meta.max_pages + position / meta.page_size];
+  return static_cast<int64_t>(page) * meta.page_size + position % meta.page_size;
 }
 
 ScatteredBatch scattered_batch(const std::vector<std::pair<int, int>>& requests, int spare,
-                               std::mt19937& rng) {
-  const auto pages = [](int tokens) { return (tokens + kPageSize - 1) / kPageSize; };
+                               std::mt19937& rng, int page_size) {
+  const auto pages = [page_size](int tokens) { return (tokens + page_size - 1) / page_size; };
   ScatteredBatch b;
+  b.meta.page_size = page_size;
   b.meta.query_start_loc = {0};
   int used = 0;
   for (const auto& [query_len, seq_len] : requests) {

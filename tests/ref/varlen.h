@@ -9,14 +9,13 @@
 
 namespace sm70ops::ref {
 
-constexpr int kPageSize = 64;  // tokens per KV page (ops.md: the only page size)
-
 // Host metadata of one batch of R requests.
 struct Varlen {
   std::vector<int32_t> query_start_loc;  // [R+1]: rows of request r are [qsl[r], qsl[r+1])
   std::vector<int32_t> seq_lens;         // [R]: context length including this chunk
   std::vector<int32_t> block_table;      // [R, max_pages]: logical page -> physical page
   int max_pages = 0;
+  int page_size = 64;  // P: tokens per KV page (ops.md: 16, 32 or 64), shared by both caches
 };
 
 // Where one query row sits: it sees keys 0 .. pos, i.e. len = pos + 1 of them.
@@ -32,8 +31,8 @@ int num_rows(const Varlen& meta);  // T = query_start_loc[R]
 // One entry per row t; throws std::invalid_argument when the metadata is inconsistent.
 std::vector<RowInfo> varlen_rows(const Varlen& meta);
 
-// Index of token `position` of request `request` in a [num_pages, 64, ...] cache, counted in
-// tokens (physical page * 64 + position % 64).
+// Index of token `position` of request `request` in a [num_pages, P, ...] cache, counted in
+// tokens (physical page * P + position % P).
 int64_t physical_token(const Varlen& meta, int request, int position);
 
 // A batch for the GPU tests: requests given as {query_len, seq_len} (the rows are the last
@@ -45,7 +44,7 @@ struct ScatteredBatch {
   int num_pages = 0;  // the pool
 };
 ScatteredBatch scattered_batch(const std::vector<std::pair<int, int>>& requests, int spare,
-                               std::mt19937& rng);
+                               std::mt19937& rng, int page_size = 64);
 
 }  // namespace sm70ops::ref
 

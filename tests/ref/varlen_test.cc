@@ -27,7 +27,7 @@ TEST(Ref_Varlen, ScatteredBatchCoversEachPageOnce) {
   for (size_t r = 0; r < b.meta.seq_lens.size(); ++r) {
     for (int p = 0; p < b.meta.max_pages; ++p) {
       const int32_t page = b.meta.block_table[r * b.meta.max_pages + p];
-      if (p * kPageSize < b.meta.seq_lens[r]) {
+      if (p * b.meta.page_size < b.meta.seq_lens[r]) {
         EXPECT_TRUE(page >= 0 && page < b.num_pages) << "request " << r << " page " << p;
         physical.push_back(page);
       } else {
@@ -47,6 +47,20 @@ TEST(Ref_Varlen, ScatteredBatchShuffles) {
   const ScatteredBatch x = scattered_batch({{1, 4096}}, 2, a);
   const ScatteredBatch y = scattered_batch({{1, 4096}}, 2, b);
   EXPECT_NE(x.meta.block_table, y.meta.block_table);
+}
+
+// At 16-token pages the same requests take ceil(L / 16) pages each, and a position maps to its
+// page's slot.
+TEST(Ref_Varlen, ScatteredBatchAtSixteenTokenPages) {
+  std::mt19937 rng(5);
+  const ScatteredBatch b = scattered_batch({{3, 70}, {2, 16}, {1, 17}}, 2, rng, 16);
+  EXPECT_EQ(b.meta.page_size, 16);
+  EXPECT_EQ(b.meta.max_pages, 5);
+  EXPECT_EQ(b.num_pages, 5 + 1 + 2 + 2);
+  const int32_t page = b.meta.block_table[2 * b.meta.max_pages + 1];  // request 2, tokens 16..31
+  EXPECT_EQ(physical_token(b.meta, 2, 16), int64_t{page} * 16);
+  EXPECT_EQ(b.meta.block_table[1 * b.meta.max_pages + 1], -1);  // request 1 fits one page
+  EXPECT_NO_THROW(varlen_rows(b.meta));
 }
 
 }  // namespace

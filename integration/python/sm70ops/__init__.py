@@ -6,7 +6,10 @@
     dlpack             DLTensor views
     generic            the host's own torch implementations (what runs when the plugin declines)
     model              the served model's shapes, as `python -m sm70ops check` uses them
-    demo               one decoder layer of the model, plugin vs generic, tensor-parallel over NCCL
+    indexer            the host's side of the model's indexer: norms, RoPE, the compressed keys
+    demo               one QSA layer of the model, plugin vs generic, tensor-parallel over NCCL
+    data, gates        index data generators and ops.md's near-tie gate (GPU tests, benches)
+    bench_index        the qsa_index bench, with triton_index (the Triton baseline)
 
 Importing this package needs no torch; the functions that use torch import it themselves.
 """

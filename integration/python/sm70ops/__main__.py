@@ -8,11 +8,13 @@ error.
 import argparse
 import sys
 
-from . import _abi, model
+from . import _abi, data, model
 from .plugin import Plugin, Sm70opsError
 
 EXIT_OK, EXIT_ERROR, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
-HEADER = ("op", "prefill", "rows x keys", "decision", "route", "workspace", "reason", "message")
+HEADER = ("op", "TP", "page", "prefill", "rows x keys", "decision", "route", "workspace", "reason",
+          "message")
+ALL = "all"  # a plan cell whose value does not change the op's descriptor
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,18 +45,26 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def decision_rows(ctx, tp, device):
-    """[(op, prefill, work, Decision)] for every op and prefill length of the model."""
+def decision_rows(ctx, device, tp=None, page_size=None):
+    """[(Case, work, Decision)] for every case of the model's plan (model.plan)."""
     out = []
-    for op in model.OPS:
-        for prefill in model.PREFILL_LENGTHS:
-            args, work = model.model_call(op, prefill, tp, device)
-            out.append((op, prefill, work, ctx.check(op, args)))
+    for case in model.plan(tp, page_size):
+        args, work = model.case_call(case, device)
+        out.append((case, work, ctx.check(case.op, args)))
     return out
 
 
+def plan_cells(case):
+    """The op, TP, page and prefill cells of a plan row."""
+    def cell(value, text=str):
+        return ALL if value is None else text(value)
+
+    return (_abi.OP_NAMES[case.op], cell(case.tp), cell(case.page_size),
+            cell(case.prefill, lambda n: f"{n // 1024}K"))
+
+
 def summary(decisions):
-    """"3 of 12 accepted: 9 declined (NOT_IMPLEMENTED 9)"."""
+    """"40 of 48 accepted: 8 declined (UNSUPPORTED_SHAPE 8)"."""
     declined = [d.reason for d in decisions if not d.accepted]
     text = f"{len(decisions) - len(declined)} of {len(decisions)} accepted"
     if declined:
@@ -76,18 +86,21 @@ def run_check(opts):
     plugin = Plugin(opts.library)
     with plugin, plugin.context(opts.device, opts.cc, log=_log_to_stderr,
                                 log_level=_abi.LogLevel.WARN) as ctx:
-        found = decision_rows(ctx, opts.tp, opts.device)
+        found = decision_rows(ctx, opts.device, opts.tp, opts.page)
+    m = model.QWEN38_FLASH_NEXT
+    tps = ", ".join(map(str, model.TP_SIZES if opts.tp is None else (opts.tp,)))
+    pages = "- and ".join(map(str, model.PAGE_SIZES if opts.page is None else (opts.page,)))
     print(f"plugin:  {plugin.path}")
-    print(f"shapes:  TP{opts.tp} per rank, last chunk of each prompt, one request, "
-          f"device {opts.device}")
+    print(f"shapes:  {m.name} per rank at TP {tps}; {pages}-token pages; the last chunk of "
+          f"each prompt, one request, device {opts.device}")
     if opts.cc:
         print(f"arch:    compute capability {opts.cc // 10}.{opts.cc % 10} (--cc, CUDA not asked)")
     else:
         print("arch:    as the CUDA runtime reports it")
     rows = [HEADER]
-    for op, prefill, work, d in found:
-        rows.append((_abi.OP_NAMES[op], f"{prefill // 1024}K", work,
-                     "accept" if d.accepted else "decline", d.route if d.accepted else "-",
+    for case, work, d in found:
+        rows.append((*plan_cells(case), work, "accept" if d.accepted else "decline",
+                     d.route if d.accepted else "-",
                      format_bytes(d.workspace_bytes) if d.accepted else "-", d.reason, d.message))
     print()
     print(format_table(rows))
@@ -116,9 +129,9 @@ def run_info(opts):
 
 
 def run_bench(opts):
-    from . import bench, bench_attn, bench_moe
+    from . import bench_attn, bench_index, bench_moe
 
-    return {"qsa_index": bench.main, "qsa_attn": bench_attn.main,
+    return {"qsa_index": bench_index.main, "qsa_attn": bench_attn.main,
             "nvfp4_moe": bench_moe.main}[opts.op](opts)
 
 
@@ -147,15 +160,29 @@ def parse(argv):
     commands.add_parser("info", parents=[library], help="identity, ABI, CUDA devices")
     check = commands.add_parser(
         "check", parents=[library],
-        help="the decision for every op on the model's per-rank shapes at 8K, 32K and 128K "
-        "(the last 8192-row chunk of each prompt)")
+        help="the decision for every op on the model's per-rank shapes at TP 1, 2, 4 and 8 with "
+        "16- and 64-token pages, at prompts of 8K, 32K, 128K and 256K (the last 8192-row chunk "
+        "of each)")
     check.add_argument("--cc", type=int, default=0,
                        help="plan for compute capability N (70: V100) without asking CUDA")
-    check.add_argument("--tp", type=int, choices=sorted(model.MODEL_SHAPES), default=4)
+    check.add_argument("--tp", type=int, choices=model.TP_SIZES, default=None,
+                       help="only this tensor-parallel size (default: all)")
+    check.add_argument("--page", type=int, choices=model.PAGE_SIZES, default=None,
+                       help="only this KV page size (default: all)")
     check.add_argument("--device", type=int, default=0)
     bench = commands.add_parser("bench", parents=[library],
                                 help="plugin vs generic torch path (needs a CUDA GPU and torch)")
     bench.add_argument("op", choices=["qsa_index", "qsa_attn", "nvfp4_moe"])
+    bench.add_argument("--shapes", choices=sorted(model.MODELS), default="model",
+                       help="the model's shapes (default) or contract version 1's")
+    bench.add_argument("--compress-ratio", type=int, choices=(1, 2, 4), default=None,
+                       help="qsa_index: tokens per index key (default: the shapes', 4 for the "
+                       "model)")
+    bench.add_argument("--page", type=int, choices=(16, 32, 64), default=64,
+                       help="qsa_index: KV page size in tokens (default 64)")
+    bench.add_argument("--data", choices=["all", *data.GENERATORS], default=None,
+                       help="qsa_index: the table of data generators x sizes against i.i.d. "
+                       "data and both baselines, for one generator or all (sm70ops.data)")
     bench.add_argument("--plot", default="sm70ops_qsa_index_crossover.png",
                        help="qsa_index: PNG of the crossover (when matplotlib is importable)")
     demo = commands.add_parser(
@@ -166,6 +193,8 @@ def parse(argv):
     demo.add_argument("--prompts", type=_positive, nargs="+", default=[8192, 32768],
                       metavar="TOKENS", help="prompt lengths (default 8192 32768)")
     demo.add_argument("--reps", type=_positive, default=3, help="timed runs per case (median)")
+    demo.add_argument("--page", type=int, choices=model.PAGE_SIZES, default=64,
+                      help="KV page size in tokens, the index cache's too (default 64)")
     demo.add_argument("--plot", default="sm70ops_layer_prefill.png",
                       help="PNG of layer time vs prompt length (when matplotlib is importable)")
     opts = parser.parse_args(argv)

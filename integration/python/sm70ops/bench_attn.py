@@ -1,146 +1,326 @@
-"""python -m sm70ops bench qsa_attn: the plugin against a generic torch path in one run.
+"""python -m sm70ops bench qsa_attn: the plugin against a generic torch path in one run, and the
+K/V bytes the kernel's row tiles gather.
 
-The per-rank TP4 shape of ops.md (4 query heads, 1 KV head, head dim 256, top-2048 tokens), the
-last 8192-row chunk of an 8K, 32K and 128K prompt, with realistic selections: runs of 16 tokens,
-each row keeping about 80% of its neighbour's runs (the seed measured 82% page overlap between
-adjacent rows); the overlap is measured and printed. The generic path gathers each row's
-selected tokens and runs torch's scaled_dot_product_attention (fp16, boolean mask) on them, in
-row chunks that fit memory. CUDA-event medians; the outputs of both paths are compared.
+The model's TP4 rank (ops.md v2: 6 query heads, 1 KV head, head dim 256, the sigmoid gate; --shapes
+v1 gives contract version 1's 4/1 ungated) on 64- and 16-token pages, over whole 8K, 32K and 128K
+prompts in chunks of 8192 rows: the last chunk of each and the whole prompt are reported.
+
+Selections are op 1's token sets (ops.md): B = 2048 tokens, B/c groups of c tokens and the tail of
+the incomplete group. They come from scores correlated along the rows, as the indexer's are
+(neighbouring queries look alike): a row takes the B/16 best runs of 16 tokens (whole groups,
+neighbouring tokens alike), run j scoring base[j] + z_t[j] with z_t a unit-variance moving average
+of N(0, 1) noise over the last 32 rows. With these constants adjacent rows share about 70% of their
+pages at 128K (more at shorter prompts, where a row takes a larger share of the runs); the Jaccard
+is measured and printed.
+
+Per prompt: plugin and generic ms (CUDA-event medians) and their rel-L2; then, for each row-tile
+height, the K/V bytes a tile gathers per row (the union of its rows' tokens, once), the floor's
+bytes per row (K and V of the context once a chunk, q, gate, out, lse, selection), and the time
+those bytes take at the copy bandwidth measured in the same run and at a V100's 0.85 TB/s. The
+height this build runs (check()'s message) carries the kernel's time; measurement builds that run
+every group at one height (kernels/qsa_attn/BUILD) are picked with --library.
 """
 import dataclasses
+import math
+import re
 
-from . import ops
+from . import model, ops
 from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, cuda_torch, median_ms, print_comparison
 from .plugin import Plugin
 
-ROWS, HQ, HKV, DIM, PAGE, TOPK, RUN = 8192, 4, 1, 256, 64, 2048, 16
+TP = 4  # the model is served at TP4 (ops.md)
 PROMPTS = (8192, 32768, 131072)
-GENERIC_ROWS = 512  # rows per SDPA call: 512 x 2048 tokens x 256 x 2 B x 2 = 1 GiB of K and V
+RUN, WINDOW, BASE_WEIGHT = 16, 32, 1.0  # the selections (module docstring)
+TILE_ROWS = (8, 16, 32, 64)  # heights whose gathered bytes are printed, besides the kernel's
+KERNEL_MMA_ROWS = (48, 96)  # the kernel's tiles: rows x query heads of a KV head, 32 rows at most
+MAX_TILE_ROWS = 32
+GENERIC_ROWS = 512  # rows per generic call: 512 x 2051 tokens x 256 x 2 B = 0.5 GB of K, as of V
 REL_L2_LIMIT = 5e-3  # two fp16 paths against each other: each is within ~2e-3 of fp64
+V100_TBYTES_S = 0.85
 
 
 @dataclasses.dataclass
 class Row:
+    """One prompt's line of the plugin-vs-generic table, and what its tiles gather."""
+
     prompt: int
-    overlap: float
-    plugin_ms: float
-    generic_ms: float
-    rel_l2: float
+    page: int
+    chunks: int  # 1: the prompt's last chunk; else the whole prompt
+    overlap: float = 0.0
+    plugin_ms: float = 0.0
+    generic_ms: float = 0.0
+    rel_l2: float = 0.0
+    floor_bytes: float = 0.0
+    rows: int = 0
+    gathered: dict = dataclasses.field(default_factory=dict)  # tile rows -> K/V bytes
     note: str = ""
 
-
-def _selections(np, prompt, seed=0):
-    """Token positions [ROWS, TOPK] (-1 padded) of the last ROWS rows of a `prompt`-token prompt,
-    and the mean Jaccard overlap of adjacent rows' page sets."""
-    rng = np.random.default_rng(seed)
-    runs = TOPK // RUN
-    tokens = np.full((ROWS, TOPK), -1, dtype=np.int64)
-    starts = None
-    overlap, previous = 0.0, None
-    for r in range(ROWS):
-        length = prompt - ROWS + r + 1
-        if length <= TOPK:
-            chosen = np.arange(length)
-        else:
-            fresh = rng.integers(0, length - RUN + 1, size=runs)
-            starts = fresh if starts is None else np.where(
-                (rng.random(runs) < 0.2) | (starts + RUN > length), fresh, starts)
-            chosen = np.unique((starts[:, None] + np.arange(RUN)).ravel())
-        tokens[r, :chosen.size] = chosen
-        pages = set((chosen // PAGE).tolist())
-        if previous is not None:
-            overlap += len(pages & previous) / max(1, len(pages | previous))
-        previous = pages
-    return tokens, overlap / (ROWS - 1)
+    def add(self, other):
+        """Sums a chunk's measurements into a whole prompt's."""
+        for name in ("overlap", "plugin_ms", "generic_ms", "floor_bytes", "rows"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.rel_l2 = max(self.rel_l2, other.rel_l2)
+        for rows, value in other.gathered.items():
+            self.gathered[rows] = self.gathered.get(rows, 0.0) + value
+        self.note = self.note or other.note
 
 
-def _expansion(torch, np, tokens, prompt):
-    """sel_blocks, sel_mask (int64 bits), sel_count tensors of width ceil(prompt / 64)."""
-    nb = -(-prompt // PAGE)
-    blocks = np.full((ROWS, nb), -1, dtype=np.int32)
-    masks = np.zeros((ROWS, nb), dtype=np.uint64)
-    count = np.zeros(ROWS, dtype=np.int32)
-    for r in range(ROWS):
-        row = tokens[r][tokens[r] >= 0]
-        pages = np.unique(row // PAGE)
-        bits = np.zeros(pages.size, dtype=np.uint64)
-        np.bitwise_or.at(bits, np.searchsorted(pages, row // PAGE),
-                         np.left_shift(np.uint64(1), (row % PAGE).astype(np.uint64)))
-        blocks[r, :pages.size], masks[r, :pages.size], count[r] = pages, bits, pages.size
-    cuda = dict(device="cuda")
-    return (torch.from_numpy(blocks).to(**cuda), torch.from_numpy(masks.view(np.int64)).to(**cuda),
-            torch.from_numpy(count).to(**cuda))
+class Selector:
+    """Token sets of consecutive rows of one prompt (module docstring), chunk after chunk."""
+
+    def __init__(self, torch, prompt, shape, seed):
+        self.torch, self.budget, self.ratio = torch, shape.index_topk, shape.compress_ratio
+        self.runs = prompt // RUN
+        self.gen = torch.Generator(device="cuda").manual_seed(seed)
+        normal = dict(generator=self.gen, device="cuda", dtype=torch.float64)  # exact sums
+        self.base = BASE_WEIGHT * torch.randn(self.runs, **normal)
+        self.recent = torch.randn((WINDOW - 1, self.runs), **normal)
+
+    def _best_runs(self, lengths):
+        """The B/16 best complete runs of each row [n, B/16], ascending."""
+        torch = self.torch
+        fresh = torch.randn((lengths.shape[0], self.runs), generator=self.gen, device="cuda",
+                            dtype=torch.float64)
+        draws = torch.cat([self.recent, fresh])
+        self.recent = draws[1 - WINDOW:]
+        sums = torch.cat([draws.new_zeros(1, self.runs), draws.cumsum(0)])
+        scores = self.base + (sums[WINDOW:] - sums[:-WINDOW]) / math.sqrt(WINDOW)
+        run = torch.arange(self.runs, device="cuda")
+        scores.masked_fill_(run >= (lengths // RUN).unsqueeze(1), float("-inf"))
+        return scores.topk(self.budget // RUN, dim=1).indices.sort(dim=1).values
+
+    def tokens(self, lengths):
+        """Token sets [n, B + c - 1] (int64, ascending, -1 padded) of rows seeing `lengths`
+        tokens: every token when the row has at most B/c complete groups."""
+        torch, c = self.torch, self.ratio
+        width = self.budget + c - 1
+        runs = self._best_runs(lengths)
+        chosen = (runs.unsqueeze(2) * RUN + torch.arange(RUN, device="cuda")).flatten(1)
+        tail = (lengths // c * c).unsqueeze(1) + torch.arange(c - 1, device="cuda")
+        chosen = torch.cat([chosen, torch.where(tail < lengths.unsqueeze(1), tail, -1)], dim=1)
+        every = torch.arange(width, device="cuda").expand(lengths.shape[0], width)
+        every = torch.where(every < lengths.unsqueeze(1), every, -1)
+        return torch.where((lengths // c <= self.budget // c).unsqueeze(1), every, chosen)
 
 
-def _generic(torch, q, k_cache, v_cache, table, tokens, sm_scale):
-    """Gather each row's selected tokens, then fp16 SDPA with a padding mask."""
-    import torch.nn.functional as F
+_POPCOUNT = [bin(i).count("1") for i in range(256)]
 
-    out = torch.empty_like(q)
-    flat_k, flat_v = k_cache.view(-1, DIM), v_cache.view(-1, DIM)  # Hkv = 1
+
+def _popcount(torch, words):
+    """Set bits of an int64 tensor, summed."""
+    table = torch.tensor(_POPCOUNT, dtype=torch.int64, device=words.device)
+    return int(table[words.contiguous().view(torch.uint8).long()].sum())
+
+
+def page_masks(torch, tokens, pages, page):
+    """Each row's token set as 64-bit masks over every page [n, pages] (int64 bits)."""
     valid = tokens >= 0
     safe = tokens.clamp(min=0)
-    physical = table[safe // PAGE].long() * PAGE + safe % PAGE
-    for t0 in range(0, ROWS, GENERIC_ROWS):
-        t1 = t0 + GENERIC_ROWS
-        keys = flat_k[physical[t0:t1]].unsqueeze(1).expand(-1, HQ, -1, -1)
-        values = flat_v[physical[t0:t1]].unsqueeze(1).expand(-1, HQ, -1, -1)
-        mask = valid[t0:t1].view(-1, 1, 1, TOPK)
-        o = F.scaled_dot_product_attention(q[t0:t1].unsqueeze(2), keys, values, attn_mask=mask,
-                                           scale=sm_scale)
-        out[t0:t1] = o.squeeze(2)
+    column = torch.where(valid, safe // page, pages)  # invalid tokens land in a spare column
+    bits = torch.where(valid, torch.ones_like(safe) << (safe % page), 0)
+    masks = torch.zeros((tokens.shape[0], pages + 1), dtype=torch.int64, device=tokens.device)
+    masks.scatter_add_(1, column, bits)  # a set's bits are disjoint: + is |
+    return masks[:, :pages].contiguous()
+
+
+def expansion(torch, masks, nb):
+    """sel_blocks [n, nb] int32, sel_mask [n, nb] (int64 bits), sel_count [n] int32 of page
+    masks [n, pages]: the selected pages ascending."""
+    pages = masks.shape[1]
+    column = torch.arange(pages, device=masks.device)
+    order = torch.where(masks != 0, column, pages).sort(dim=1).values[:, :nb]
+    used = order < pages
+    blocks = torch.where(used, order, -1).int()
+    bits = torch.where(used, masks.gather(1, order.clamp(max=pages - 1)), 0)
+    return blocks, bits, used.sum(dim=1).int()
+
+
+def tile_tokens(torch, masks, rows):
+    """Tokens in the union of each `rows`-row tile's selections (tiles from the first row),
+    summed over tiles: what a kernel with such tiles gathers."""
+    pad = -masks.shape[0] % rows
+    if pad:
+        masks = torch.cat([masks, masks.new_zeros(pad, masks.shape[1])])
+    tiles = masks.view(-1, rows, masks.shape[1])
+    union = tiles[:, 0].clone()
+    for i in range(1, rows):
+        union |= tiles[:, i]
+    return _popcount(torch, union)
+
+
+def neighbour_jaccard(torch, masks):
+    """Mean Jaccard of adjacent rows' page sets."""
+    a, b = masks[:-1] != 0, masks[1:] != 0
+    both, either = (a & b).sum(dim=1).float(), (a | b).sum(dim=1).float()
+    return float((both / either.clamp(min=1)).mean())
+
+
+def _generic(torch, q, gate, k_cache, v_cache, table, tokens, sm_scale):
+    """Gather each row's selected tokens, then fp16 SDPA per KV head (its query heads as the
+    queries) with a padding mask, times sigmoid(gate) in fp32."""
+    import torch.nn.functional as F
+
+    rows, q_heads, dim = q.shape
+    page, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    flat_k, flat_v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
+    valid = tokens >= 0
+    safe = tokens.clamp(min=0)
+    physical = table[safe // page].long() * page + safe % page
+    out = torch.empty_like(q)
+    for t0 in range(0, rows, GENERIC_ROWS):
+        t1 = min(rows, t0 + GENERIC_ROWS)
+        keys = flat_k[physical[t0:t1]].transpose(1, 2)  # [r, Hkv, W, D]
+        values = flat_v[physical[t0:t1]].transpose(1, 2)
+        queries = q[t0:t1].view(t1 - t0, kv_heads, q_heads // kv_heads, dim)
+        mask = valid[t0:t1].view(t1 - t0, 1, 1, -1)
+        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=sm_scale)
+        o = o.reshape(t1 - t0, q_heads, dim)
+        out[t0:t1] = o if gate is None else (o.float() * gate[t0:t1].float().sigmoid()).half()
     return out
 
 
-def _measure(torch, np, ctx, prompt):
-    tokens_np, overlap = _selections(np, prompt)
-    pages = -(-prompt // PAGE)
-    g = torch.Generator(device="cuda").manual_seed(prompt)
-    q = torch.randn((ROWS, HQ, DIM), generator=g, device="cuda").half()
-    k_cache = torch.randn((pages, PAGE, HKV, DIM), generator=g, device="cuda").half()
-    v_cache = torch.randn((pages, PAGE, HKV, DIM), generator=g, device="cuda").half()
-    table = ((torch.arange(pages, device="cuda") * 7919) % pages).int()
-    sel_blocks, sel_mask, sel_count = _expansion(torch, np, tokens_np, prompt)
-    tokens = torch.from_numpy(tokens_np).cuda()
-    sm_scale = DIM ** -0.5
-    out = torch.empty_like(q)
+class Prompt:
+    """One prompt's device data: q and gate of a chunk, the paged K/V cache, a scattered block
+    table."""
+
+    def __init__(self, torch, shape, prompt):
+        self.shape, self.pages = shape, prompt // shape.page_size
+        g = torch.Generator(device="cuda").manual_seed(prompt)
+        rows, heads, dim = model.CHUNK_ROWS, shape.q_heads, shape.head_dim
+        cache = (self.pages, shape.page_size, shape.kv_heads, dim)
+        self.q = torch.randn((rows, heads, dim), generator=g, device="cuda").half()
+        self.gate = (torch.randn((rows, heads, dim), generator=g, device="cuda").half()
+                     if shape.attention_gate else None)
+        self.k_cache = torch.randn(cache, generator=g, device="cuda").half()
+        self.v_cache = torch.randn(cache, generator=g, device="cuda").half()
+        self.table = ((torch.arange(self.pages, device="cuda") * 7919) % self.pages).int()
+
+    def floor_bytes(self, end, nb):
+        """A chunk's floor: K and V of its context once, q, gate, out, lse, the selection."""
+        s, rows = self.shape, model.CHUNK_ROWS
+        inputs = 3 if self.gate is not None else 2
+        heads = rows * s.q_heads * (s.head_dim * 2 * inputs + 4)
+        return end * s.kv_heads * s.head_dim * 4 + heads + rows * (nb * 12 + 4)
+
+
+def _measure_chunk(torch, ctx, p, selector, end):
+    """The chunk of rows ending at position end - 1."""
+    s, rows = p.shape, model.CHUNK_ROWS
+    lengths = torch.arange(end - rows + 1, end + 1, device="cuda")
+    tokens = selector.tokens(lengths)
+    masks = page_masks(torch, tokens, -(-end // s.page_size), s.page_size)
+    nb = min(s.index_topk // s.compress_ratio + (s.compress_ratio > 1), masks.shape[1])
+    blocks, bits, count = expansion(torch, masks, nb)
+    heights = sorted(set(TILE_ROWS) | {min(m // (s.q_heads // s.kv_heads), MAX_TILE_ROWS)
+                                       for m in KERNEL_MMA_ROWS})
+    token_bytes = s.kv_heads * s.head_dim * 4  # its K and V rows, fp16
+    row = Row(end, s.page_size, 1, overlap=neighbour_jaccard(torch, masks), rows=rows,
+              floor_bytes=p.floor_bytes(end, nb),
+              gathered={h: tile_tokens(torch, masks, h) * token_bytes for h in heights})
+    out = torch.empty_like(p.q)
+    sm_scale = s.head_dim ** -0.5
     args = ops.qsa_attn(
-        q, k_cache, v_cache, torch.tensor([0, ROWS], dtype=torch.int32, device="cuda"),
-        torch.tensor([prompt], dtype=torch.int32, device="cuda"), table.view(1, pages),
-        sel_blocks, sel_mask, sel_count, out, sm_scale=sm_scale, max_seq_len=prompt,
-        max_query_len=ROWS)
-    generic_ms = median_ms(torch, lambda: _generic(torch, q, k_cache, v_cache, table, tokens,
-                                                   sm_scale), warmup=1, reps=3)
+        p.q, p.k_cache, p.v_cache, torch.tensor([0, rows], dtype=torch.int32, device="cuda"),
+        torch.tensor([end], dtype=torch.int32, device="cuda"), p.table.view(1, -1), blocks, bits,
+        count, out, sm_scale=sm_scale, max_seq_len=end, max_query_len=rows, gate=p.gate)
+
+    def generic():
+        return _generic(torch, p.q, p.gate, p.k_cache, p.v_cache, p.table, tokens, sm_scale)
+
+    row.generic_ms = median_ms(torch, generic, warmup=1, reps=3)
     d = ctx.check("qsa_attn", args)
     if not d.accepted:
-        return Row(prompt, overlap, None, generic_ms, float("nan"),
-                   f"{d.reason}: {d.message}")
+        row.plugin_ms, row.note = None, f"{d.reason}: {d.message}"
+        return row, d
     stream = torch.cuda.current_stream()
     workspace = torch.empty(max(d.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+    row.plugin_ms = median_ms(
+        torch, lambda: ctx.execute("qsa_attn", args, stream, workspace, d.workspace_bytes),
+        warmup=1, reps=5)
+    want = generic().float()
+    row.rel_l2 = float((out.float() - want).norm() / want.norm())
+    return row, d
 
-    def run_plugin():
-        ctx.execute("qsa_attn", args, stream, workspace, d.workspace_bytes)
 
-    plugin_ms = median_ms(torch, run_plugin, warmup=1, reps=5)
-    want = _generic(torch, q, k_cache, v_cache, table, tokens, sm_scale).float()
-    rel_l2 = float((out.float() - want).norm() / want.norm())
-    return Row(prompt, overlap, plugin_ms, generic_ms, rel_l2)
+def _measure_prompt(torch, ctx, shape, prompt):
+    """(the last chunk's Row, the whole prompt's Row, check()'s decision on the last chunk)."""
+    p = Prompt(torch, shape, prompt)
+    selector = Selector(torch, prompt, shape, seed=prompt + shape.page_size)
+    whole = Row(prompt, shape.page_size, prompt // model.CHUNK_ROWS)
+    for end in range(model.CHUNK_ROWS, prompt + 1, model.CHUNK_ROWS):
+        last, d = _measure_chunk(torch, ctx, p, selector, end)
+        if last.plugin_ms is None:
+            return last, None, d
+        whole.add(last)
+    whole.overlap /= whole.chunks
+    return last, whole, d
+
+
+def copy_tbytes_s(torch):
+    """Device copy bandwidth (read + write), TB/s: a 1 GiB device-to-device copy."""
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() / (median_ms(torch, lambda: y.copy_(x), warmup=2, reps=10) * 1e-3) / 1e12
+
+
+def kernel_rows(decision):
+    """Rows of the tiles this build runs, from check()'s message ("16-row tiles x 6 query
+    heads"); None when it does not say."""
+    found = re.match(r"(\d+)-row tiles", decision.message) if decision.accepted else None
+    return int(found.group(1)) if found else None
+
+
+def _label(r):
+    return f"{r.prompt // 1024}K " + ("last chunk" if r.chunks == 1 else f"whole ({r.chunks})")
+
+
+def print_gathered(r, tbytes_s, built, shape):
+    """What each tile height gathers for one prompt, and the kernel's time at its height."""
+    at = lambda b, rate: b / (rate * 1e12) * 1e3  # noqa: E731  bytes -> ms
+    group = shape.q_heads // shape.kv_heads
+    runnable = {min(m // group, MAX_TILE_ROWS) for m in KERNEL_MMA_ROWS}
+    print(f"  {_label(r)}: floor {r.floor_bytes / r.rows / 1e3:.1f} KB a row, "
+          f"{at(r.floor_bytes, tbytes_s):.3f} ms at {tbytes_s:.2f} TB/s "
+          f"(V100 {at(r.floor_bytes, V100_TBYTES_S):.3f} ms)")
+    print(f"  {'tile rows':>9} {'K/V a row':>10} {'x floor':>8} {'at copy bw':>11} "
+          f"{'V100':>9}  kernel")
+    for rows, b in sorted(r.gathered.items()):
+        ms = at(b, tbytes_s)
+        if rows == built and r.plugin_ms is not None:
+            kernel = f"{r.plugin_ms:.3f} ms, {r.plugin_ms / ms:.2f}x its bytes' time"
+        else:
+            kernel = "another build" if rows in runnable else "-"
+        print(f"  {rows:9d} {b / r.rows / 1e3:7.1f} KB {b / r.floor_bytes:7.1f}x "
+              f"{ms:8.3f} ms {at(b, V100_TBYTES_S):6.2f} ms  {kernel}")
 
 
 def main(opts):
     torch = cuda_torch("bench")
     if torch is None:
         return EXIT_CANNOT_RUN
-    import numpy as np
-
+    m = model.MODELS[getattr(opts, "shapes", "model")]
     device = torch.cuda.current_device()
+    tbytes_s = copy_tbytes_s(torch)
+    rows, built = [], None
     with Plugin(opts.library) as plugin, plugin.context(device) as ctx:
-        print(f"bench qsa_attn: device {device} ({torch.cuda.get_device_name(device)}), the last "
-              f"{ROWS} rows of each prompt, {HQ} query heads, {HKV} KV head, D {DIM}, top-{TOPK} "
-              f"tokens in runs of {RUN}")
-        rows = [_measure(torch, np, ctx, prompt) for prompt in PROMPTS]
+        for page in model.PAGE_SIZES[::-1]:
+            shape = model.shape(TP, page, m)
+            print(f"bench qsa_attn: device {device} ({torch.cuda.get_device_name(device)}), "
+                  f"{m.name} TP{TP} rank: {shape.q_heads} query heads, {shape.kv_heads} KV head, "
+                  f"D {shape.head_dim}{', gated' if shape.attention_gate else ''}; {page}-token "
+                  f"pages; {shape.index_topk}-token sets (c = {shape.compress_ratio}) of runs of "
+                  f"{RUN}; chunks of {model.CHUNK_ROWS} rows; copy {tbytes_s:.2f} TB/s (measured)")
+            for prompt in PROMPTS:
+                last, whole, d = _measure_prompt(torch, ctx, shape, prompt)
+                built = built or kernel_rows(d)
+                whole_too = whole is not None and whole.chunks > 1  # else the last chunk is all
+                for r in (last, whole) if whole_too else (last,):
+                    rows.append(r)
+                    print_gathered(r, tbytes_s, built, shape)
+    print(f"this build: {built}-row tiles" if built else "this build: tile height not reported")
     failed = print_comparison(
-        {"prompt": (8, lambda r: r.prompt), "overlap": (8, lambda r: f"{r.overlap:.2f}")},
+        {"prompt": (16, _label), "P": (3, lambda r: r.page),
+         "Jaccard": (8, lambda r: f"{r.overlap:.2f}")},
         {"rel-L2": (8, lambda r: r.rel_l2)}, rows, REL_L2_LIMIT)
     print("check: " + (f"MISMATCH: {failed} prompts beyond rel-L2 {REL_L2_LIMIT}" if failed
                        else f"plugin output within rel-L2 {REL_L2_LIMIT} of the generic path"))

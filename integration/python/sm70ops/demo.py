@@ -1,31 +1,42 @@
-"""python -m sm70ops demo: one sparse-attention decoder layer of the model (ops.md) over a prompt,
-the plugin against the generic torch path, optionally tensor-parallel over NCCL.
+"""python -m sm70ops demo: one QSA layer of Qwen3.8-Flash-Next (shared/spec/ops.md v2) over a
+prompt, the plugin against the generic torch path, optionally tensor-parallel over NCCL.
 
-The layer, per rank (TP splits the attention heads and every expert's intermediate size; the
-indexer and the router are replicated):
-    h = rmsnorm(x); q, k, v = h Wq, h Wk, h Wv; index q, k, weights = h Wiq, h Wik, h Wiw
-    k, v, index k -> paged caches (scattered pages); sel = qsa_index; o = qsa_attn
+What is the model's: every shape (H 2560, 24/2 heads of 256, the 4 x 128 weight-free indexer, c
+4, B 2048, 512 experts top-10 of I 640, the 640-wide shared expert) and the layer's structure and
+formulas, per the model's public reference code:
+    h = rmsnorm(x)                                    zero-centred RMSNorms: x / rms(x) * (1 + w)
+    q | gate = h Wq (per head: D query dims, D gate dims); k = h Wk; v = h Wv
+    q, k = rope(rmsnorm(q)), rope(rmsnorm(k))         per head, RoPE on 64 of 256 dims
+    index q | index k = h Wi (4 heads x 128, one shared key head of 128)
+    index q = rope(rmsnorm(index q))                  RoPE on 64 of 128 dims
+    index cache <- the host's writer: per group of 4 tokens the fp32 mean of their raw index
+        keys, cast, normed, roped at the group's first token, at the KV cache's page size
+    sel = qsa_index(c 4, B 2048, no weights); o = qsa_attn(gate fused: o *= sigmoid(gate))
     x1 = x + allreduce(o Wo)
-    h2 = rmsnorm(x1); top-10 experts of h2 Wr, softmax over the ten
-    x2 = x1 + allreduce(nvfp4_moe(h2))
-Random weights from fixed seeds, so every rank and every TP size builds the same model; the
-experts are random NVFP4 codes and e4m3 scales. A prompt runs as chunks of 8192 rows (vLLM's
-chunked prefill), each seeing the prompt so far. No RoPE: it changes no op's cost.
+    h2 = rmsnorm(x1); the top-10 experts of h2 Wr, softmax over the ten
+    x2 = x1 + allreduce(nvfp4_moe(h2) + sigmoid(h2 ws) * shared(h2))   shared: fp16 SiLU MLP
+What is random: every weight (fixed seeds, so every rank and every TP size builds the same layer;
+the experts are random NVFP4 codes and e4m3 scales, the norms' w small random numbers), the
+prompt's hidden states, and the RoPE base (indexer.ROPE_BASE, assumed; it changes no op's cost).
 
-The generic path is what a host without the plugin runs (torch_ops.TorchOps with no context):
-generic.qsa_index, generic.qsa_attn, and generic.moe_dense on an fp16 copy of the experts made
-at load (the fastest fallback, when memory allows). CUDA events per op, summed over the chunks.
+Per rank, TP splits the attention heads (a KV head is replicated where TP exceeds 2), every
+expert's and the shared expert's intermediate size; the indexer and the router are replicated. A
+prompt runs as chunks of 8192 rows (vLLM's chunked prefill), each seeing the prompt so far. The
+generic path is what a host without the plugin runs (torch_ops.TorchOps with no context):
+generic.qsa_index, generic.qsa_attn, and generic.moe_dense on an fp16 copy of the experts made at
+load (the fastest fallback, when memory allows). CUDA events per op, summed over the chunks.
 """
 import dataclasses
 import os
 
-from . import generic, model
+from . import generic, indexer, model
 from .bench import plot_series
 from .torch_ops import TorchOps
 
 SEED = 2026
+DEVICE = "cuda"  # where the layer runs (a test may run a tiny one elsewhere)
 CHUNK = model.CHUNK_ROWS
-FULL = model.MODEL_SHAPES[1]
+FULL = model.shape(tp=1)
 PHASES = ("qsa_index", "qsa_attn", "nvfp4_moe", "allreduce", "dense")
 ATTN_GATE, MOE_GATE = 2e-3, 5e-3  # ops.md, ops 2 and 3: the TP run against the TP=1 run
 EXIT_OK, EXIT_MISMATCH, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
@@ -34,8 +45,9 @@ EXIT_OK, EXIT_MISMATCH, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
 def tp_sizes_ok(tp):
     """Why `tp` cannot split the model, or None."""
     m = FULL
-    if m.q_heads % tp or m.expert_inter % tp:
-        return f"TP {tp} must divide the {m.q_heads} query heads and I = {m.expert_inter}"
+    if m.q_heads % tp or m.expert_inter % tp or m.shared_inter % tp:
+        return (f"TP {tp} must divide the {m.q_heads} query heads, I = {m.expert_inter} and the "
+                f"shared expert's {m.shared_inter}")
     if m.kv_heads % tp and tp % m.kv_heads:
         return f"TP {tp} and the {m.kv_heads} KV heads must divide one another"
     return None
@@ -68,30 +80,34 @@ class Shard:
     def inter(self):
         return FULL.expert_inter // self.tp
 
+    @property
+    def shared_inter(self):
+        return FULL.shared_inter // self.tp
+
 
 def _randn(torch, shape, seed, scale):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(shape, generator=g, device="cuda") * scale).half()
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    return (torch.randn(shape, generator=g, device=DEVICE) * scale).half()
 
 
 def random_experts(torch, shard):
     """This rank's NVFP4 experts, sliced from the TP=1 checkpoint (regenerated from its seed)."""
-    m, g = FULL, torch.Generator(device="cuda").manual_seed(SEED + 100)
+    m, g = FULL, torch.Generator(device=DEVICE).manual_seed(SEED + 100)
     e, h, i = m.experts, m.hidden, m.expert_inter
 
     def codes(*shape):
-        return torch.randint(0, 256, shape, generator=g, device="cuda", dtype=torch.uint8)
+        return torch.randint(0, 256, shape, generator=g, device=DEVICE, dtype=torch.uint8)
 
     def scales(*shape):  # e4m3 with exponent field 5..8 and any mantissa: 0.25 .. 3.75
-        exponent = torch.randint(5, 9, shape, generator=g, device="cuda", dtype=torch.uint8)
-        mantissa = torch.randint(0, 8, shape, generator=g, device="cuda", dtype=torch.uint8)
+        exponent = torch.randint(5, 9, shape, generator=g, device=DEVICE, dtype=torch.uint8)
+        mantissa = torch.randint(0, 8, shape, generator=g, device=DEVICE, dtype=torch.uint8)
         return exponent * 8 + mantissa
 
     # An e2m1 code times these scales has rms ~3: scale_2 brings the weights to 1/sqrt(fan-in).
     w13, w13_scale = codes(e, 2 * i, h // 2), scales(e, 2 * i, h // 16)
     w2, w2_scale = codes(e, h, i // 2), scales(e, h, i // 16)
-    w13_scale_2 = torch.rand((e, 2), generator=g, device="cuda") * 0.004 + 0.005
-    w2_scale_2 = torch.rand((e,), generator=g, device="cuda") * 0.01 + 0.01
+    w13_scale_2 = torch.rand((e, 2), generator=g, device=DEVICE) * 0.004 + 0.005
+    w2_scale_2 = torch.rand((e,), generator=g, device=DEVICE) * 0.01 + 0.01
     lo, n = shard.rank * shard.inter, shard.inter
     halves = lambda t: torch.cat([t[:, lo:lo + n], t[:, i + lo:i + lo + n]], dim=1)  # noqa: E731
     return dict(w13=halves(w13), w13_scale=halves(w13_scale), w13_scale_2=w13_scale_2,
@@ -100,22 +116,38 @@ def random_experts(torch, shard):
                 w2_scale_2=w2_scale_2)
 
 
+def _norm_weight(torch, size, seed):
+    """A zero-centred norm's w: small, so that 1 + w stays near 1."""
+    return _randn(torch, (size,), seed, 0.1)
+
+
 def build_layer(torch, shard):
-    """This rank's weights: dense fp16 projections and NVFP4 experts."""
+    """This rank's weights: dense fp16 projections, norms, NVFP4 experts, the shared expert."""
     m, d = FULL, FULL.head_dim
-    wq = _randn(torch, (m.hidden, m.q_heads * d), SEED + 1, m.hidden ** -0.5)
+    # q_proj's columns hold, per head, its D query dims then its D gate dims.
+    wq = _randn(torch, (m.hidden, m.q_heads * 2 * d), SEED + 1, m.hidden ** -0.5)
     wk = _randn(torch, (m.hidden, m.kv_heads * d), SEED + 2, m.hidden ** -0.5)
     wv = _randn(torch, (m.hidden, m.kv_heads * d), SEED + 3, m.hidden ** -0.5)
     wo = _randn(torch, (m.q_heads * d, m.hidden), SEED + 4, (m.q_heads * d) ** -0.5)
-    qs, kvs = slice(shard.q0 * d, (shard.q0 + shard.hq) * d), slice(
-        shard.kv0 * d, (shard.kv0 + shard.hkv) * d)
+    shared_up = _randn(torch, (m.hidden, 2 * m.shared_inter), SEED + 10, m.hidden ** -0.5)
+    shared_down = _randn(torch, (m.shared_inter, m.hidden), SEED + 11, m.shared_inter ** -0.5)
+    qs = slice(shard.q0 * 2 * d, (shard.q0 + shard.hq) * 2 * d)
+    kvs = slice(shard.kv0 * d, (shard.kv0 + shard.hkv) * d)
+    lo, n = shard.rank * shard.shared_inter, shard.shared_inter
     return dict(
         wq=wq[:, qs].contiguous(), wk=wk[:, kvs].contiguous(), wv=wv[:, kvs].contiguous(),
-        wo=wo[qs].contiguous(),
-        wiq=_randn(torch, (m.hidden, m.index_heads * m.index_dim), SEED + 5, m.hidden ** -0.5),
-        wik=_randn(torch, (m.hidden, m.index_dim), SEED + 6, m.hidden ** -0.5),
-        wiw=_randn(torch, (m.hidden, m.index_heads), SEED + 7, m.hidden ** -0.5),
+        wo=wo[shard.q0 * d:(shard.q0 + shard.hq) * d].contiguous(),
+        wi=_randn(torch, (m.hidden, (m.index_heads + 1) * m.index_dim), SEED + 5,
+                  m.hidden ** -0.5),
         router=_randn(torch, (m.hidden, m.experts), SEED + 8, m.hidden ** -0.5),
+        shared_gate_up=torch.cat([shared_up[:, lo:lo + n],
+                                  shared_up[:, m.shared_inter + lo:m.shared_inter + lo + n]],
+                                 dim=1).contiguous(),
+        shared_down=shared_down[lo:lo + n].contiguous(),
+        shared_gate=_randn(torch, (m.hidden, 1), SEED + 12, m.hidden ** -0.5),
+        norms={name: _norm_weight(torch, size, SEED + 20 + i) for i, (name, size) in enumerate(
+            (("input", m.hidden), ("post_attention", m.hidden), ("q", d), ("k", d),
+             ("index_q", m.index_dim), ("index_k", m.index_dim)))},
         experts=random_experts(torch, shard))
 
 
@@ -142,25 +174,22 @@ class Phases:
         return out
 
 
-def _rmsnorm(torch, x):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + 1e-6)).half()
-
-
 class Layer:
     """One rank's layer and its caches for one prompt; `ops` picks plugin or generic paths."""
 
-    def __init__(self, torch, shard, weights, ops, prompt, group=None):
+    def __init__(self, torch, shard, weights, ops, prompt, page_size, group=None):
         self.torch, self.shard, self.w, self.ops, self.group = torch, shard, weights, ops, group
         m = FULL
-        pages = -(-prompt // m.page_size)
-        g = torch.Generator(device="cuda").manual_seed(SEED + 9)
-        self.block_table = torch.randperm(pages, generator=g, device="cuda").int().view(1, -1)
-        cache = (pages, m.page_size, shard.hkv, m.head_dim)
-        self.k_cache = torch.empty(cache, dtype=torch.float16, device="cuda")
-        self.v_cache = torch.empty(cache, dtype=torch.float16, device="cuda")
-        self.k_index = torch.empty((pages, m.page_size, m.index_dim), dtype=torch.float16,
-                                   device="cuda")
+        self.page = page_size
+        pages = -(-prompt // page_size)
+        g = torch.Generator(device=DEVICE).manual_seed(SEED + 9)
+        self.block_table = torch.randperm(pages, generator=g, device=DEVICE).int().view(1, -1)
+        cache = (pages, page_size, shard.hkv, m.head_dim)
+        self.k_cache = torch.empty(cache, dtype=torch.float16, device=DEVICE)
+        self.v_cache = torch.empty(cache, dtype=torch.float16, device=DEVICE)
+        self.k_index = torch.empty((pages, page_size // m.compress_ratio, m.index_dim),
+                                   dtype=torch.float16, device=DEVICE)
+        self.index_keys = None  # the prompt's compressed-key writer, new at each prefill
         self.prepared = ops.prepare(weights["experts"])
         self.dense_experts = None
         if ops.ctx is None:  # the host's fallback keeps an fp16 copy of its experts
@@ -171,45 +200,57 @@ class Layer:
             self.torch.distributed.all_reduce(t, group=self.group)
         return t
 
-    def _store(self, first, k, v, ik):
-        """Writes rows of positions first.. into the paged caches."""
-        torch, page = self.torch, FULL.page_size
-        pos = first + torch.arange(k.shape[0], device="cuda")
-        slot = self.block_table[0, pos // page].long() * page + pos % page
+    def _store(self, positions, k, v):
+        """Writes the rows' keys and values into the paged KV cache."""
+        page = self.page
+        slot = self.block_table[0, positions // page].long() * page + positions % page
         self.k_cache.view(-1, *self.k_cache.shape[2:])[slot] = k
         self.v_cache.view(-1, *self.v_cache.shape[2:])[slot] = v
-        self.k_index.view(-1, FULL.index_dim)[slot] = ik
+
+    def _project(self, h, positions):
+        """(q, gate, index q) of the chunk, its K/V and index keys written to the caches."""
+        m, w, s, norms = FULL, self.w, self.shard, self.w["norms"]
+        rows, d = h.shape[0], m.head_dim
+        qg = (h @ w["wq"]).view(rows, s.hq, 2 * d)
+        q = indexer.rope(indexer.rms_norm(qg[..., :d], norms["q"]), positions)
+        k = indexer.rope(indexer.rms_norm((h @ w["wk"]).view(rows, s.hkv, d), norms["k"]),
+                         positions)
+        self._store(positions, k, (h @ w["wv"]).view(rows, s.hkv, d))
+        index = (h @ w["wi"]).view(rows, m.index_heads + 1, m.index_dim)
+        self.index_keys.append(index[:, -1])
+        iq = indexer.index_query(index[:, :-1], positions, norms["index_q"])
+        return q, qg[..., d:], iq
 
     def _attention(self, phases, x, first):
         """x + allreduce(o Wo) for rows at positions first.. (the chunk)."""
-        torch, m, w, s = self.torch, FULL, self.w, self.shard
+        torch, m, w = self.torch, FULL, self.w
         rows, end = x.shape[0], first + x.shape[0]
-        h = phases.timed("dense", _rmsnorm, torch, x)
-
-        def project():
-            q = (h @ w["wq"]).view(rows, s.hq, m.head_dim)
-            self._store(first, (h @ w["wk"]).view(rows, s.hkv, m.head_dim),
-                        (h @ w["wv"]).view(rows, s.hkv, m.head_dim), h @ w["wik"])
-            iq = (h @ w["wiq"]).view(rows, m.index_heads, m.index_dim)
-            iw = (h @ w["wiw"]).float() * (m.index_heads * m.index_dim) ** -0.5
-            return q, iq, iw
-
-        q, iq, iw = phases.timed("dense", project)
-        meta = dict(query_start_loc=torch.tensor([0, rows], dtype=torch.int32, device="cuda"),
-                    seq_lens=torch.tensor([end], dtype=torch.int32, device="cuda"),
+        positions = first + torch.arange(rows, device=DEVICE)
+        h = phases.timed("dense", indexer.rms_norm, x, w["norms"]["input"])
+        q, gate, iq = phases.timed("dense", self._project, h, positions)
+        meta = dict(query_start_loc=torch.tensor([0, rows], dtype=torch.int32, device=DEVICE),
+                    seq_lens=torch.tensor([end], dtype=torch.int32, device=DEVICE),
                     block_table=self.block_table)
         bounds = dict(max_seq_len=end, max_query_len=rows)
-        sel = phases.timed("qsa_index", self.ops.qsa_index, iq, iw, self.k_index, **meta,
-                           topk=m.index_topk, **bounds)
+        sel = phases.timed("qsa_index", self.ops.qsa_index, iq, None, self.k_index, **meta,
+                           topk=m.index_topk, compress_ratio=m.compress_ratio, **bounds)
         o = phases.timed("qsa_attn", self.ops.qsa_attn, q, self.k_cache, self.v_cache, **meta,
-                         sel=sel, sm_scale=m.head_dim ** -0.5, **bounds)
+                         sel=sel, sm_scale=m.head_dim ** -0.5, gate=gate, **bounds)
         attn = phases.timed("dense", lambda: o.view(rows, -1) @ w["wo"])
         attn = phases.timed("allreduce", self._allreduce, attn)
         return x + attn, attn
 
+    def _shared_expert(self, h):
+        """sigmoid(h ws) * silu(h W_gate) * (h W_up) W_down: this rank's slice of the sum."""
+        torch, w = self.torch, self.w
+        gate_up = h @ w["shared_gate_up"]
+        inter = gate_up.shape[1] // 2
+        y = (torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]) @ w["shared_down"]
+        return y * torch.sigmoid(h @ w["shared_gate"])
+
     def _moe(self, phases, x):
         torch, w = self.torch, self.w
-        h = phases.timed("dense", _rmsnorm, torch, x)
+        h = phases.timed("dense", indexer.rms_norm, x, w["norms"]["post_attention"])
 
         def route():
             logits = h.float() @ w["router"].float()  # fp32, as engines route
@@ -219,6 +260,7 @@ class Layer:
         ids, weights = phases.timed("dense", route)
         y = phases.timed("nvfp4_moe", self.ops.nvfp4_moe, h, ids, weights, self.w["experts"],
                          self.prepared, self.dense_experts)
+        y = phases.timed("dense", lambda: y + self._shared_expert(h))
         y = phases.timed("allreduce", self._allreduce, y)
         return x + y, y, ids
 
@@ -226,6 +268,9 @@ class Layer:
         """Runs the prompt x [P, H] chunk by chunk: (out, attention part, MoE part, expert ids,
         phase times in ms)."""
         phases, outs = Phases(self.torch), []
+        self.index_keys = indexer.CompressedKeyWriter(self.k_index, self.block_table[0],
+                                                      FULL.compress_ratio,
+                                                      self.w["norms"]["index_k"])
         for first in range(0, x.shape[0], CHUNK):
             x1, attn = self._attention(phases, x[first:first + CHUNK], first)
             x2, moe, ids = self._moe(phases, x1)
@@ -257,11 +302,11 @@ class Run:
         return self.prompt / (self.total_ms / 1e3)
 
 
-def run_rank(torch, shard, ctx, prompt, reps, group=None):
+def run_rank(torch, shard, ctx, prompt, page_size, reps, group=None):
     """(Run, out, attn, moe, ids) of this rank's layer over the prompt; the median of `reps`
     timed runs after one untimed run."""
     ops = TorchOps(ctx)
-    layer = Layer(torch, shard, build_layer(torch, shard), ops, prompt, group)
+    layer = Layer(torch, shard, build_layer(torch, shard), ops, prompt, page_size, group)
     x = prompt_states(torch, prompt)
     layer.prefill(x)  # warm-up: cuBLAS handles, NCCL communicators, allocator
     runs = []
@@ -304,7 +349,7 @@ def compare(name, got, want, ids_got, ids_want):
                 f"{rerouted} routed differently: {'match' if ok else 'MISMATCH'}")
 
 
-def _tp_worker(rank, tp, prompts, reps, library, port, result_dir):
+def _tp_worker(rank, tp, prompts, page_size, reps, library, port, result_dir):
     """One process per GPU: the plugin path at TP `tp`; rank 0 saves its results."""
     import torch
     import torch.distributed as dist
@@ -317,7 +362,7 @@ def _tp_worker(rank, tp, prompts, reps, library, port, result_dir):
     shard = Shard(tp, rank)
     with Plugin(library) as plugin, plugin.context(rank) as ctx:
         for prompt in prompts:
-            run, out, attn, moe, ids = run_rank(torch, shard, ctx, prompt, reps,
+            run, out, attn, moe, ids = run_rank(torch, shard, ctx, prompt, page_size, reps,
                                                 dist.group.WORLD)
             if rank == 0:
                 torch.save(dict(run=dataclasses.asdict(run), attn=attn.cpu(), moe=moe.cpu(),
@@ -325,7 +370,7 @@ def _tp_worker(rank, tp, prompts, reps, library, port, result_dir):
     dist.destroy_process_group()
 
 
-def run_tp(torch, tp, prompts, reps, library):
+def run_tp(torch, tp, prompts, page_size, reps, library):
     """The plugin path at TP `tp`, one process per GPU: {prompt: (Run, attn, moe, ids)}."""
     import socket
     import tempfile
@@ -336,7 +381,8 @@ def run_tp(torch, tp, prompts, reps, library):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as result_dir:
-        mp.spawn(_tp_worker, args=(tp, prompts, reps, library, port, result_dir), nprocs=tp)
+        mp.spawn(_tp_worker, args=(tp, prompts, page_size, reps, library, port, result_dir),
+                 nprocs=tp)
         out = {}
         for prompt in prompts:
             saved = torch.load(os.path.join(result_dir, f"tp{tp}-{prompt}.pt"))
@@ -368,22 +414,26 @@ def main(opts):
         print(f"demo: TP {opts.tp} needs {opts.tp} GPUs, this machine has "
               f"{torch.cuda.device_count()}")
         return EXIT_CANNOT_RUN
-    print(f"demo: one sparse-attention layer (H {FULL.hidden}, {FULL.q_heads}/{FULL.kv_heads} "
-          f"heads of {FULL.head_dim}, top-{FULL.index_topk} tokens, {FULL.experts} NVFP4 "
-          f"experts top-{FULL.expert_topk}, I {FULL.expert_inter}) on "
-          f"{torch.cuda.get_device_name(0)}; chunks of {CHUNK} rows; median of {opts.reps} runs")
+    m = FULL
+    print(f"demo: one QSA layer of {m.name} (H {m.hidden}, {m.q_heads}/{m.kv_heads} gated heads "
+          f"of {m.head_dim}, index {m.index_heads} x {m.index_dim} with c {m.compress_ratio} and "
+          f"B {m.index_topk}, {m.experts} NVFP4 experts top-{m.expert_topk} of I "
+          f"{m.expert_inter}, shared expert {m.shared_inter}; random weights) on "
+          f"{torch.cuda.get_device_name(0)}; {opts.page}-token pages; chunks of {CHUNK} rows; "
+          f"median of {opts.reps} runs")
     runs, failed, one = [], 0, Shard(1, 0)
     with Plugin(opts.library) as plugin, plugin.context(0) as ctx:
         library = plugin.path
         reference = {}
         for prompt in opts.prompts:
-            plug, _, attn, moe, ids = run_rank(torch, one, ctx, prompt, opts.reps)
-            gen, _, g_attn, g_moe, g_ids = run_rank(torch, one, None, prompt, opts.reps)
+            plug, _, attn, moe, ids = run_rank(torch, one, ctx, prompt, opts.page, opts.reps)
+            gen, _, g_attn, g_moe, g_ids = run_rank(torch, one, None, prompt, opts.page,
+                                                    opts.reps)
             runs += [plug, gen]
             reference[prompt] = (attn.cpu(), moe.cpu(), ids.cpu())
             ok, line = compare(f"{prompt} tokens, plugin vs generic", (attn, moe),
                                (g_attn, g_moe), ids, g_ids)
-            if prompt <= FULL.index_topk:  # every row selects all its tokens on both paths
+            if prompt <= m.index_topk + m.compress_ratio - 1:  # both select every token
                 failed += not ok
             else:
                 line = (line.rsplit(":", 1)[0] + ": informational, not gated (the two select "
@@ -392,8 +442,8 @@ def main(opts):
             print(line)
             torch.cuda.empty_cache()
     if opts.tp > 1:
-        for prompt, (run, attn, moe, ids) in run_tp(torch, opts.tp, opts.prompts, opts.reps,
-                                                    library).items():
+        for prompt, (run, attn, moe, ids) in run_tp(torch, opts.tp, opts.prompts, opts.page,
+                                                    opts.reps, library).items():
             runs.append(run)
             want = reference[prompt]
             ok, line = compare(f"{prompt} tokens, TP {opts.tp} vs TP 1 (plugin)", (attn, moe),
@@ -414,4 +464,4 @@ def _plot(path, runs, device):
         xs, ys = series.setdefault(f"{r.path}, TP {r.tp}", ([], []))
         xs.append(r.prompt)
         ys.append(r.total_ms)
-    plot_series(path, series, "prompt tokens", f"one sparse-attention layer, prefill, {device}")
+    plot_series(path, series, "prompt tokens", f"one QSA layer of {FULL.name}, prefill, {device}")

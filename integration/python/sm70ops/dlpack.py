@@ -9,13 +9,20 @@ import ctypes
 from . import _abi
 
 _D = _abi.DLDataTypeCode
-# The dtypes the ops use, by torch's names, as (DLPack code, bits).
+# Dtypes by torch's names, as (DLPack code, bits): those the ops use, and the others a host may
+# hand them by mistake (int64 lengths, bf16 activations), which the plugin's check then declines
+# with its reason, so that a host falls back instead of failing here.
 DTYPES = {
     "float16": (_D.kDLFloat, 16),
     "float32": (_D.kDLFloat, 32),
     "int32": (_D.kDLInt, 32),
     "uint8": (_D.kDLUInt, 8),
     "uint64": (_D.kDLUInt, 64),
+    "bfloat16": (_D.kDLBfloat, 16),
+    "float64": (_D.kDLFloat, 64),
+    "int8": (_D.kDLInt, 8),
+    "int16": (_D.kDLInt, 16),
+    "int64": (_D.kDLInt, 64),
 }
 _ALIASES = {"f16": "float16", "f32": "float32", "i32": "int32", "u8": "uint8", "u64": "uint64"}
 # Same-sized types whose bits the plugin reads as another: (torch dtype, DLPack dtype).

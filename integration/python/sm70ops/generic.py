@@ -1,18 +1,19 @@
-"""The host's generic torch implementations of the three ops, written from shared/spec/ops.md:
-what an engine runs when the plugin declines. They run on CPU or CUDA tensors, read the varlen
-metadata and the routed experts on the host (device-to-host copies, so they synchronise) and
-bound their large temporaries by working in row chunks (a few times SCRATCH_ELEMENTS; a request's
-gathered K/V context, or the MoE's fp32 sum [T, H], comes on top). Each function imports torch
-itself, so the package imports without it.
+"""The host's generic torch implementations of the three ops, written from shared/spec/ops.md
+(version 2): what an engine runs when the plugin declines. They run on CPU or CUDA tensors, read
+the varlen metadata and the routed experts on the host (device-to-host copies, so they
+synchronise) and bound their large temporaries by working in row chunks (a few times
+SCRATCH_ELEMENTS; a request's gathered K/V context, or the MoE's fp32 sum [T, H], comes on top).
+Each function imports torch itself, so the package imports without it.
 
-Shapes as in ops.md: T rows, R requests, 64-token pages; query_start_loc [R+1] int32,
-seq_lens [R] int32 (context including this chunk), block_table [R, max_pages] int32. Row i of
-request r sits at pos = seq_len_r - query_len_r + i and sees keys 0..pos (L = pos + 1).
+Shapes as in ops.md: T rows, R requests; query_start_loc [R+1] int32, seq_lens [R] int32
+(context including this chunk), block_table [R, max_pages] int32, shared by the KV cache and the
+index cache. Row i of request r sits at pos = seq_len_r - query_len_r + i and sees the L = pos + 1
+tokens 0..pos. The page size P is read from the caches: k_cache [pages, P, Hkv, D], and k_index
+[pages, P / c, 128] with one key per group of c tokens (c, the compress ratio, is an argument).
 """
 import collections
 import functools
 
-PAGE = 64
 SCRATCH_ELEMENTS = 1 << 26  # per row chunk: 256 MiB of fp32 scores, the unit of every bound
 
 QsaIndexResult = collections.namedtuple("QsaIndexResult",
@@ -25,10 +26,11 @@ def _requests(query_start_loc, seq_lens):
     return [(starts[r], starts[r + 1] - starts[r], lens[r]) for r in range(len(lens))]
 
 
-def _gather_tokens(cache, block_table_row, tokens):
-    """The first `tokens` tokens of one request from a paged cache [pages, 64, ...]."""
-    pages = block_table_row[: -(-tokens // PAGE)].long()
-    return cache.index_select(0, pages).flatten(0, 1)[:tokens]
+def _gather(cache, block_table_row, count):
+    """The first `count` entries of one request from a paged cache [pages, per_page, ...]: its
+    tokens from the KV cache, its group keys from the index cache."""
+    pages = block_table_row[: -(-count // cache.shape[1])].long()
+    return cache.index_select(0, pages).flatten(0, 1)[:count]
 
 
 def _row_chunks(rows, width):
@@ -48,8 +50,16 @@ def _bit_values(device):
 # Op 1: QSA index ---------------------------------------------------------------------------------
 
 
-def _score_chunk(q, w, keys, positions, precise=False):
-    """s[t, j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) in fp32, -inf where j > positions[t].
+def selection_width(topk, compress_ratio, page_size, max_seq_len):
+    """NB, a sel_* width that always suffices (ops.md): min(B/c + 1, ceil(max L / P)), where the
+    + 1 is the tail's page (c = 1 has no tail: min(B, ...))."""
+    groups = topk // compress_ratio + (compress_ratio > 1)
+    return min(groups, -(-max_seq_len // page_size))
+
+
+def _score_chunk(q, w, keys, groups_seen, precise=False):
+    """s[t, g] = sum_h w[t,h] * relu(q[t,h,:] . k[g,:]) in fp32, -inf where g >= groups_seen[t];
+    w None weighs every head 1/sqrt(dim) (the weight-free indexer).
 
     On CUDA the dot products are one fp16 GEMM with fp32 accumulation, rounded to fp16 (a
     relative 2**-11 per head, inside ops.md's 1e-3 score gate); on CPU an fp32 GEMM of the
@@ -68,9 +78,10 @@ def _score_chunk(q, w, keys, positions, precise=False):
     logits = logits.view(rows, heads, -1)
     scores = torch.zeros(rows, keys.shape[0], dtype=torch.float32, device=q.device)
     for h in range(heads):
-        scores += w[:, h : h + 1].float() * logits[:, h].float().relu()
-    j = torch.arange(keys.shape[0], device=q.device)
-    return scores.masked_fill(j.unsqueeze(0) > positions.unsqueeze(1), float("-inf"))
+        weight = dim ** -0.5 if w is None else w[:, h : h + 1].float()
+        scores += weight * logits[:, h].float().relu()
+    g = torch.arange(keys.shape[0], device=q.device)
+    return scores.masked_fill(g.unsqueeze(0) >= groups_seen.unsqueeze(1), float("-inf"))
 
 
 def topk_positions(scores, valid, k):
@@ -100,11 +111,32 @@ def topk_positions(scores, valid, k):
     return out
 
 
-def expand_selection(topk_idx, nb):
-    """ops.md's expansion of topk_idx [T, K] (ascending, -1 padded): sel_blocks [T, nb] int32
-    (sorted unique pages, -1 padded), sel_mask [T, nb] (bit b: token 64*page+b; torch.uint64
-    where torch has it, else int64 with the same bits; 0 padded), sel_count [T] int32.
-    ValueError when a row needs more than nb pages."""
+def token_set(groups, lengths, compress_ratio):
+    """Each row's token set S (ops.md): the tokens of its selected groups [n, W] (ascending, -1
+    padded) followed by its tail, the tokens c*G .. L-1 of the incomplete group (G = L // c,
+    lengths [n] the rows' L). Returns [n, W*c + c - 1] int32, ascending, -1 padded."""
+    import torch
+
+    c, (rows, width) = compress_ratio, groups.shape
+    device = groups.device
+    g = groups.long().unsqueeze(-1)
+    member = torch.arange(c, device=device)
+    out = torch.full((rows, width * c + c - 1), -1, dtype=torch.int32, device=device)
+    out[:, : width * c] = torch.where(g >= 0, g * c + member, -1).flatten(1)
+    lengths = lengths.long().to(device)
+    tail_start = lengths // c * c
+    in_tail = member[: c - 1] < (lengths - tail_start).unsqueeze(1)  # [n, c - 1]
+    row_of, i = in_tail.nonzero(as_tuple=True)
+    first_slot = (groups >= 0).sum(dim=1) * c  # the tail follows the groups' tokens
+    out[row_of, first_slot[row_of] + i] = (tail_start[row_of] + i).to(torch.int32)
+    return out
+
+
+def expand_selection(topk_idx, nb, page_size):
+    """ops.md's expansion of a token set [T, W] (ascending, -1 padded) at page size P:
+    sel_blocks [T, nb] int32 (sorted unique pages, -1 padded), sel_mask [T, nb] (bit b: token
+    P*page+b; torch.uint64 where torch has it, else int64 with the same bits; 0 padded),
+    sel_count [T] int32. ValueError when a row needs more than nb pages."""
     import torch
 
     from .dlpack import uint64_dtype
@@ -112,7 +144,7 @@ def expand_selection(topk_idx, nb):
     rows, device = topk_idx.shape[0], topk_idx.device
     valid = topk_idx >= 0
     index = topk_idx.long()
-    page = torch.where(valid, index // PAGE, torch.full_like(index, -1))
+    page = torch.where(valid, index // page_size, torch.full_like(index, -1))
     previous = torch.cat([torch.full_like(page[:, :1], -1), page[:, :-1]], dim=1)
     first = valid & (page != previous)  # positions ascend, so each page's entries are adjacent
     count = first.sum(dim=1)
@@ -123,7 +155,7 @@ def expand_selection(topk_idx, nb):
     sel_blocks = torch.full((rows, nb), -1, dtype=torch.int32, device=device)
     row_of, column = first.nonzero(as_tuple=True)
     sel_blocks[row_of, slot[row_of, column]] = page[row_of, column].to(torch.int32)
-    bits = _bit_values(device)[index.clamp(min=0) % PAGE]
+    bits = _bit_values(device)[index.clamp(min=0) % page_size]
     masks = torch.zeros((rows, nb + 1), dtype=torch.int64, device=device)
     masks.scatter_add_(1, torch.where(valid, slot, torch.full_like(slot, nb)),
                        torch.where(valid, bits, torch.zeros_like(bits)))
@@ -131,67 +163,83 @@ def expand_selection(topk_idx, nb):
     return sel_blocks, sel_mask, count.to(torch.int32)
 
 
-def _index_chunks(q, weights, k_index, query_start_loc, seq_lens, block_table, precise=False):
-    """(first row, end row, seq_len, scores, valid) per row chunk of every request."""
+def _index_chunks(q, weights, k_index, query_start_loc, seq_lens, block_table, compress_ratio,
+                  precise=False):
+    """(first row, end row, L [n], scores [n, G], valid [n, G]) per row chunk of every request,
+    G the request's complete groups."""
     import torch
 
     for r, (first, rows, seq_len) in enumerate(_requests(query_start_loc, seq_lens)):
-        keys = _gather_tokens(k_index, block_table[r], seq_len)
-        positions = seq_len - rows + torch.arange(rows, device=q.device)
-        for start, end in _row_chunks(rows, seq_len * q.shape[1]):
+        groups = seq_len // compress_ratio
+        keys = _gather(k_index, block_table[r], groups)
+        lengths = seq_len - rows + 1 + torch.arange(rows, device=q.device)
+        for start, end in _row_chunks(rows, groups * q.shape[1]):
             t0, t1 = first + start, first + end
-            scores = _score_chunk(q[t0:t1], weights[t0:t1], keys, positions[start:end], precise)
-            valid = torch.arange(seq_len, device=q.device) <= positions[start:end, None]
-            yield t0, t1, seq_len, scores, valid
+            seen = lengths[start:end] // compress_ratio
+            w = None if weights is None else weights[t0:t1]
+            scores = _score_chunk(q[t0:t1], w, keys, seen, precise)
+            valid = torch.arange(groups, device=q.device) < seen[:, None]
+            yield t0, t1, lengths[start:end], scores, valid
 
 
-def qsa_index_scores(q, weights, k_index, query_start_loc, seq_lens, block_table, precise=False):
-    """Scores [T, max L] fp32 as qsa_index computes them (fp64 dot products when `precise`),
-    -inf beyond each row's L_t. For validation: it holds every row's whole score vector."""
+def qsa_index_scores(q, weights, k_index, query_start_loc, seq_lens, block_table,
+                     compress_ratio=1, precise=False):
+    """Group scores [T, max G] fp32 as qsa_index computes them (fp64 dot products when
+    `precise`), -inf beyond each row's G_t. For validation: it holds every row's whole score
+    vector."""
     import torch
 
-    width = max(seq_lens.tolist(), default=0)
+    width = max(seq_lens.tolist(), default=0) // compress_ratio
     out = torch.full((q.shape[0], width), float("-inf"), dtype=torch.float32, device=q.device)
-    for t0, t1, seq_len, scores, _ in _index_chunks(q, weights, k_index, query_start_loc,
-                                                     seq_lens, block_table, precise):
-        out[t0:t1, :seq_len] = scores
+    for t0, t1, _, scores, _ in _index_chunks(q, weights, k_index, query_start_loc, seq_lens,
+                                               block_table, compress_ratio, precise):
+        out[t0:t1, : scores.shape[1]] = scores
     return out
 
 
-def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk, nb=None):
-    """Op 1 (QSA index): scores, top-k with ties to the lower position, expansion.
+def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk, nb=None,
+              compress_ratio=1):
+    """Op 1 (QSA index): group scores, the B/c best groups (ties to the lower group), the tail,
+    the expansion at the KV page size.
 
-    q [T, 4, 128] fp16; weights [T, 4] fp32; k_index [num_pages, 64, 128] fp16 (paged);
-    topk K; nb the sel_* width (default min(K, ceil(max L / 64))). Returns QsaIndexResult:
-    topk_idx [T, K] int32 (request-local positions ascending, -1 padded), sel_blocks [T, NB]
-    int32, sel_mask [T, NB] uint64 (see expand_selection), sel_count [T] int32.
+    q [T, 4, 128] fp16; weights [T, 4] fp32 or None (every head weighs 1/sqrt(128));
+    k_index [num_pages, P / c, 128] fp16, one key per group of c = compress_ratio tokens;
+    topk the budget B in tokens (a multiple of c); nb the sel_* width (default
+    selection_width). Returns QsaIndexResult: topk_idx [T, B + c - 1] int32 (the token set,
+    request-local positions ascending, -1 padded), sel_blocks [T, NB] int32, sel_mask [T, NB]
+    uint64 (see expand_selection), sel_count [T] int32.
     """
     import torch
 
+    c = compress_ratio
+    if topk % c:
+        raise ValueError(f"qsa_index: the budget {topk} is not a multiple of c = {c}")
+    page = k_index.shape[1] * c
     if nb is None:
-        nb = min(topk, -(-max(seq_lens.tolist(), default=0) // PAGE))
-    topk_idx = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
-    for t0, t1, _, scores, valid in _index_chunks(q, weights, k_index, query_start_loc,
-                                                  seq_lens, block_table):
-        topk_idx[t0:t1] = topk_positions(scores, valid, topk)
-    return QsaIndexResult(topk_idx, *expand_selection(topk_idx, nb))
+        nb = selection_width(topk, c, page, max(seq_lens.tolist(), default=0))
+    topk_idx = torch.full((q.shape[0], topk + c - 1), -1, dtype=torch.int32, device=q.device)
+    for t0, t1, lengths, scores, valid in _index_chunks(q, weights, k_index, query_start_loc,
+                                                        seq_lens, block_table, c):
+        topk_idx[t0:t1] = token_set(topk_positions(scores, valid, topk // c), lengths, c)
+    return QsaIndexResult(topk_idx, *expand_selection(topk_idx, nb, page))
 
 
 # Op 2: QSA selected attention --------------------------------------------------------------------
 
 
-def selected_positions(sel_blocks, sel_mask, sel_count, bound):
-    """Each row's selected positions below bound [n] (its L_t): (positions [n, W] int64
-    ascending, valid [n, W] bool), W the largest count; a position selected twice counts once,
-    padding is position 0 and not valid."""
+def selected_positions(sel_blocks, sel_mask, sel_count, bound, page_size):
+    """Each row's selected positions below bound [n] (its L_t), pages of page_size tokens:
+    (positions [n, W] int64 ascending, valid [n, W] bool), W the largest count; a position
+    selected twice counts once, padding is position 0 and not valid."""
     import torch
 
     rows, nb = sel_blocks.shape
     device = sel_blocks.device
     masks = sel_mask if sel_mask.dtype == torch.int64 else sel_mask.view(torch.int64)
-    bits = (masks.unsqueeze(-1) & _bit_values(device)) != 0  # [n, NB, 64]
+    bits = (masks.unsqueeze(-1) & _bit_values(device)[:page_size]) != 0  # [n, NB, P]
     counted = torch.arange(nb, device=device) < sel_count.unsqueeze(1).long()
-    position = sel_blocks.long().unsqueeze(-1) * PAGE + torch.arange(PAGE, device=device)
+    position = sel_blocks.long().unsqueeze(-1) * page_size + torch.arange(page_size,
+                                                                          device=device)
     keep = bits & counted.unsqueeze(-1) & (position >= 0) & (position < bound.view(-1, 1, 1))
     past = torch.iinfo(torch.int64).max  # sorts after every position
     key = torch.where(keep, position, past).flatten(1).sort(dim=1).values
@@ -225,30 +273,32 @@ def _attend(q, keys, values, valid, sm_scale):
 
 
 def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_blocks, sel_mask,
-             sel_count, sm_scale):
+             sel_count, sm_scale, gate=None):
     """Op 2 (QSA selected attention): each row gathers its selected tokens with position < L_t
-    and attends over them, fp32 logits, softmax and accumulation.
+    and attends over them, fp32 logits, softmax and accumulation; with a gate, o *=
+    sigmoid(gate) in fp32.
 
-    q [T, Hq, D] fp16; k_cache, v_cache [num_pages, 64, Hkv, D] fp16; sel_blocks [T, NB]
-    int32, sel_mask [T, NB] uint64 (or int64 bits), sel_count [T] int32. Query head h reads KV
-    head h // (Hq / Hkv). Returns (out [T, Hq, D] fp16, lse [T, Hq] fp32, natural log); an
-    empty key set gives 0 and -inf.
+    q [T, Hq, D] fp16; k_cache, v_cache [num_pages, P, Hkv, D] fp16; sel_blocks [T, NB]
+    int32, sel_mask [T, NB] uint64 (or int64 bits; bit b: token P*page+b), sel_count [T] int32;
+    gate [T, Hq, D] fp16 or None. Query head h reads KV head h // (Hq / Hkv). Returns (out [T,
+    Hq, D] fp16, lse [T, Hq] fp32, natural log of the ungated sums); an empty key set gives 0
+    and -inf.
     """
     import torch
 
     rows, q_heads, dim = q.shape
-    kv_heads, nb = k_cache.shape[2], sel_blocks.shape[1]
+    page, kv_heads, nb = k_cache.shape[1], k_cache.shape[2], sel_blocks.shape[1]
     out = torch.zeros((rows, q_heads, dim), dtype=torch.float16, device=q.device)
     lse = torch.full((rows, q_heads), float("-inf"), dtype=torch.float32, device=q.device)
     for r, (first, count, seq_len) in enumerate(_requests(query_start_loc, seq_lens)):
-        keys = _gather_tokens(k_cache, block_table[r], seq_len)
-        values = _gather_tokens(v_cache, block_table[r], seq_len)
+        keys = _gather(k_cache, block_table[r], seq_len)
+        values = _gather(v_cache, block_table[r], seq_len)
         bound = seq_len - count + 1 + torch.arange(count, device=q.device)  # L_t
-        for start, end in _row_chunks(count, 4 * nb * PAGE):  # the NB x 64 expansion, int64
+        for start, end in _row_chunks(count, 4 * nb * page):  # the NB x P expansion, int64
             positions, valid = selected_positions(sel_blocks[first + start:first + end],
                                                   sel_mask[first + start:first + end],
                                                   sel_count[first + start:first + end],
-                                                  bound[start:end])
+                                                  bound[start:end], page)
             width = positions.shape[1]  # fp32 K and V of `width` tokens per row
             if width == 0:
                 continue  # every row's set is empty: out stays 0, lse -inf
@@ -256,6 +306,8 @@ def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_bl
                 t0, t1 = first + start + a, first + start + b
                 o, row_lse = _attend(q[t0:t1], keys[positions[a:b]], values[positions[a:b]],
                                      valid[a:b], sm_scale)
+                if gate is not None:
+                    o = o * torch.sigmoid(gate[t0:t1].float())
                 out[t0:t1] = o.to(torch.float16)
                 lse[t0:t1] = row_lse
     return out, lse

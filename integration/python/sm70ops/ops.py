@@ -1,10 +1,11 @@
-"""Builders of the four ops' argument structs (abi/sm70ops.h, shared/spec/ops.md).
+"""Builders of the four ops' argument structs (abi/sm70ops.h, ABI 1.1; shared/spec/ops.md v2).
 
 Every tensor argument is a torch tensor (viewed with dlpack.from_torch) or a dlpack.TensorView
 (dlpack.describe gives NULL-data descriptors for check()). Each builder returns an OpArgs that
 holds the ctypes struct and every view it points to: keep it alive until the call returns.
 T rows, R requests; varlen metadata vLLM style: query_start_loc [R+1] int32, seq_lens [R] int32
-(context including this chunk), block_table [R, max_pages] int32, 64-token pages.
+(context including this chunk), block_table [R, max_pages] int32; the page size P (16, 32 or 64
+tokens) is the caches'.
 max_seq_len / max_query_len are the host-side bounds of seq_lens and of the rows per request.
 """
 import ctypes
@@ -35,18 +36,20 @@ def _pointers(tensors, dtypes=None):
 
 
 def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, *, topk, max_seq_len,
-              max_query_len, topk_idx=None, sel_blocks=None, sel_mask=None, sel_count=None,
-              max_workspace_bytes=0):
-    """Op 1, QSA index: s[t,j] = sum_h w[t,h] * relu(q[t,h,:] . k[j,:]) for j < L_t, top-k
-    (ties to the lower position), expansion to pages + 64-bit masks.
+              max_query_len, compress_ratio=1, topk_idx=None, sel_blocks=None, sel_mask=None,
+              sel_count=None, max_workspace_bytes=0):
+    """Op 1, QSA index: the budget topk / c best groups of c = compress_ratio tokens by s[t,g] =
+    sum_h w[t,h] * relu(q[t,h,:] . k[g,:]) (ties to the lower group), the tail tokens of the
+    row's incomplete group, the expansion to pages + 64-bit masks.
 
-    q [T, 4, 128] fp16 (RoPE applied); weights [T, 4] fp32 (scales folded in);
-    k_index [num_pages, 64, 128] fp16, paged MQA index keys.
+    q [T, 4, 128] fp16 (norm and RoPE applied); weights [T, 4] fp32 (scales folded in) or None
+    (every head weighs 1/sqrt(128)); k_index [num_pages, P / c, 128] fp16, one key per group.
     Outputs, each optional, at least topk_idx or the sel_* triple:
-    topk_idx [T, K] int32, request-local positions ascending, -1 padded;
-    sel_blocks [T, NB] int32, sorted unique logical pages, -1 padded; sel_mask [T, NB] uint64
-    (torch.uint64, or int64 holding the bits), bit b: token 64*page+b; sel_count [T] int32.
-    NB >= min(K, ceil(max_seq_len / 64)). max_workspace_bytes 0: the plugin's 256 MiB.
+    topk_idx [T, topk + c - 1] int32, the token set, request-local positions ascending, -1
+    padded; sel_blocks [T, NB] int32, sorted unique logical pages, -1 padded; sel_mask [T, NB]
+    uint64 (torch.uint64, or int64 holding the bits), bit b: token P*page+b; sel_count [T]
+    int32. NB >= generic.selection_width(topk, c, P, max_seq_len). max_workspace_bytes 0: the
+    plugin's 256 MiB.
     """
     views, p = _pointers(
         dict(q=q, weights=weights, k_index=k_index, query_start_loc=query_start_loc,
@@ -54,24 +57,25 @@ def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, *, to
              sel_blocks=sel_blocks, sel_mask=sel_mask, sel_count=sel_count),
         {"sel_mask": "uint64"})
     struct = _abi.new_struct(_abi.sm70ops_qsa_index_args, topk=topk, max_seq_len=max_seq_len,
-                             max_query_len=max_query_len,
+                             max_query_len=max_query_len, compress_ratio=compress_ratio,
                              max_workspace_bytes=max_workspace_bytes, **p)
     return OpArgs(_abi.Op.QSA_INDEX, struct, views)
 
 
 def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_blocks, sel_mask,
-             sel_count, out, *, sm_scale, max_seq_len, max_query_len, lse=None):
+             sel_count, out, *, sm_scale, max_seq_len, max_query_len, lse=None, gate=None):
     """Op 2, QSA selected attention over op 1's expansion; the op applies the causal bound.
 
     q [T, Hq, D] fp16, D in {128, 256}, Hq a multiple of Hkv; k_cache, v_cache
-    [num_pages, 64, Hkv, D] fp16 (may view one [2, num_pages, 64, Hkv, D] buffer);
-    sel_blocks [T, NB] int32, sel_mask [T, NB] uint64, sel_count [T] int32;
-    out [T, Hq, D] fp16; lse [T, Hq] fp32, natural log, optional.
+    [num_pages, P, Hkv, D] fp16 (may view one [2, num_pages, P, Hkv, D] buffer);
+    sel_blocks [T, NB] int32, sel_mask [T, NB] uint64, sel_count [T] int32 (op 1's at the same
+    P); out [T, Hq, D] fp16; lse [T, Hq] fp32, natural log of the ungated sums, optional;
+    gate [T, Hq, D] fp16, optional: out *= sigmoid(gate).
     """
     views, p = _pointers(
         dict(q=q, k_cache=k_cache, v_cache=v_cache, query_start_loc=query_start_loc,
              seq_lens=seq_lens, block_table=block_table, sel_blocks=sel_blocks,
-             sel_mask=sel_mask, sel_count=sel_count, out=out, lse=lse),
+             sel_mask=sel_mask, sel_count=sel_count, out=out, lse=lse, gate=gate),
         {"sel_mask": "uint64"})
     struct = _abi.new_struct(_abi.sm70ops_qsa_attn_args, sm_scale=sm_scale,
                              max_seq_len=max_seq_len, max_query_len=max_query_len, **p)

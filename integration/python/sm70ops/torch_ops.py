@@ -55,38 +55,41 @@ class TorchOps:
         return True
 
     def qsa_index(self, q, weights, k_index, query_start_loc, seq_lens, block_table, *, topk,
-                  max_seq_len, max_query_len):
-        """Op 1's expansion (sel_blocks, sel_mask, sel_count), NB = min(topk, pages of
-        max_seq_len): generic.QsaIndexResult with topk_idx None on the plugin path."""
+                  max_seq_len, max_query_len, compress_ratio=1):
+        """Op 1's expansion (sel_blocks, sel_mask, sel_count) at the caches' page size, NB =
+        generic.selection_width: generic.QsaIndexResult with topk_idx None on the plugin
+        path. weights None: the weight-free indexer."""
         import torch
 
-        rows, nb = q.shape[0], min(topk, -(-max_seq_len // generic.PAGE))
+        page = k_index.shape[1] * compress_ratio
+        rows, nb = q.shape[0], generic.selection_width(topk, compress_ratio, page, max_seq_len)
         sel = generic.QsaIndexResult(
             None, torch.empty((rows, nb), dtype=torch.int32, device=q.device),
             torch.empty((rows, nb), dtype=uint64_dtype(), device=q.device),
             torch.empty((rows,), dtype=torch.int32, device=q.device))
         args = ops.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table,
                              topk=topk, max_seq_len=max_seq_len, max_query_len=max_query_len,
-                             sel_blocks=sel.sel_blocks, sel_mask=sel.sel_mask,
-                             sel_count=sel.sel_count)
+                             compress_ratio=compress_ratio, sel_blocks=sel.sel_blocks,
+                             sel_mask=sel.sel_mask, sel_count=sel.sel_count)
         if self._plugin_ran("qsa_index", args, q.device):
             return sel
         return generic.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table,
-                                 topk, nb)
+                                 topk, nb, compress_ratio)
 
     def qsa_attn(self, q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel, *,
-                 sm_scale, max_seq_len, max_query_len):
-        """Op 2 over `sel` (a QsaIndexResult): out [T, Hq, D] fp16."""
+                 sm_scale, max_seq_len, max_query_len, gate=None):
+        """Op 2 over `sel` (a QsaIndexResult at the caches' page size): out [T, Hq, D] fp16,
+        times sigmoid(gate) when a gate [T, Hq, D] is given."""
         import torch
 
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         args = ops.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table,
                             sel.sel_blocks, sel.sel_mask, sel.sel_count, out, sm_scale=sm_scale,
-                            max_seq_len=max_seq_len, max_query_len=max_query_len)
+                            max_seq_len=max_seq_len, max_query_len=max_query_len, gate=gate)
         if self._plugin_ran("qsa_attn", args, q.device):
             return out
         return generic.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table,
-                                sel.sel_blocks, sel.sel_mask, sel.sel_count, sm_scale)[0]
+                                sel.sel_blocks, sel.sel_mask, sel.sel_count, sm_scale, gate)[0]
 
     def prepare(self, experts):
         """Op 4 on `experts` (the six checkpoint tensors as a dict): the repacked bytes, or None

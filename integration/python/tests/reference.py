@@ -1,9 +1,10 @@
-"""Plain-Python references of the three ops, written from shared/spec/ops.md (fp64, lists, no
-torch), small enough to read against the spec line by line. test_generic.py holds the torch
-implementations to them; test_reference.py checks them on hand-worked cases."""
-import math
+"""Plain-Python references of the three ops, written from shared/spec/ops.md version 2 (fp64,
+lists, no torch), small enough to read against the spec line by line. test_generic.py holds the
+torch implementations to them; test_reference.py checks them on hand-worked cases.
 
-PAGE = 64
+Caches are nested lists [page][slot]...: the KV cache holds P tokens a page, the index cache P / c
+group keys a page (c the compress ratio), so a page of either covers the same P tokens."""
+import math
 
 
 def rows_of(query_start_loc, seq_lens):
@@ -17,59 +18,69 @@ def rows_of(query_start_loc, seq_lens):
     return out
 
 
-def token(cache, block_table, request, position):
-    """The cache entry of a request-local position: page block_table[r][pos // 64]."""
-    return cache[block_table[request][position // PAGE]][position % PAGE]
+def entry(cache, block_table, request, index):
+    """Entry `index` of a request in a paged cache: its page block_table[r][index // per_page]."""
+    per_page = len(cache[0])
+    return cache[block_table[request][index // per_page]][index % per_page]
 
 
-def index_scores(q, w, k_index, query_start_loc, seq_lens, block_table):
-    """s[t][j] = sum_h w[t][h] * relu(q[t][h] . k[j]) for j < L_t."""
+def index_scores(q, w, k_index, query_start_loc, seq_lens, block_table, c):
+    """s[t][g] = sum_h w[t][h] * relu(q[t][h] . k[g]) for the G = L_t // c complete groups; w
+    None weighs every head 1/sqrt(dim)."""
     scores = []
     for t, (r, _, length) in enumerate(rows_of(query_start_loc, seq_lens)):
+        heads = len(q[t])
+        weights = w[t] if w is not None else [len(q[t][0]) ** -0.5] * heads
         row = []
-        for j in range(length):
-            key = token(k_index, block_table, r, j)
-            row.append(sum(w[t][h] * max(0.0, sum(a * b for a, b in zip(q[t][h], key)))
-                           for h in range(len(q[t]))))
+        for g in range(length // c):
+            key = entry(k_index, block_table, r, g)
+            row.append(sum(weights[h] * max(0.0, sum(a * b for a, b in zip(q[t][h], key)))
+                           for h in range(heads)))
         scores.append(row)
     return scores
 
 
-def topk(scores, k):
-    """Ascending positions of the k largest scores, ties to the lower position."""
+def best(scores, k):
+    """Ascending indices of the k largest scores, ties to the lower index."""
     order = sorted(range(len(scores)), key=lambda j: (-scores[j], j))
     return sorted(order[:k])
 
 
-def expand(positions):
-    """(sorted unique pages, their masks: bit b = token 64 * page + b)."""
+def token_set(groups, length, c):
+    """The tokens of the selected groups, then the tail c*G .. L-1 (G = L // c), ascending."""
+    return [c * g + i for g in groups for i in range(c)] + list(range(length // c * c, length))
+
+
+def expand(positions, page):
+    """(sorted unique pages, their masks: bit b = token page_size * page + b)."""
     masks = {}
     for p in positions:
-        masks[p // PAGE] = masks.get(p // PAGE, 0) | (1 << (p % PAGE))
+        masks[p // page] = masks.get(p // page, 0) | (1 << (p % page))
     pages = sorted(masks)
     return pages, [masks[p] for p in pages]
 
 
-def qsa_index(q, w, k_index, query_start_loc, seq_lens, block_table, k, nb):
-    """(scores, topk_idx [T][k] -1 padded, sel_blocks [T][nb] -1 padded, sel_mask [T][nb] 0
-    padded, sel_count [T])."""
-    scores = index_scores(q, w, k_index, query_start_loc, seq_lens, block_table)
+def qsa_index(q, w, k_index, query_start_loc, seq_lens, block_table, budget, nb, c):
+    """(scores, topk_idx [T][budget + c - 1] -1 padded, sel_blocks [T][nb] -1 padded, sel_mask
+    [T][nb] 0 padded, sel_count [T]) at page size P = c * (keys a page)."""
+    page = c * len(k_index[0])
+    scores = index_scores(q, w, k_index, query_start_loc, seq_lens, block_table, c)
     topk_idx, blocks, masks, counts = [], [], [], []
-    for row in scores:
-        chosen = topk(row, k)
-        pages, bits = expand(chosen)
-        topk_idx.append(chosen + [-1] * (k - len(chosen)))
+    for row, (_, _, length) in zip(scores, rows_of(query_start_loc, seq_lens)):
+        chosen = token_set(best(row, budget // c), length, c)
+        pages, bits = expand(chosen, page)
+        topk_idx.append(chosen + [-1] * (budget + c - 1 - len(chosen)))
         blocks.append(pages + [-1] * (nb - len(pages)))
         masks.append(bits + [0] * (nb - len(bits)))
         counts.append(len(pages))
     return scores, topk_idx, blocks, masks, counts
 
 
-def selected_positions(blocks, masks, count, length):
+def selected_positions(blocks, masks, count, length, page):
     """A row's key set: selected tokens with position < L, each once, ascending."""
     chosen = set()
-    for page, mask in zip(blocks[:count], masks[:count]):
-        chosen.update(page * PAGE + b for b in range(PAGE) if mask >> b & 1)
+    for p, mask in zip(blocks[:count], masks[:count]):
+        chosen.update(p * page + b for b in range(page) if mask >> b & 1)
     return sorted(p for p in chosen if p < length)
 
 
@@ -85,20 +96,27 @@ def attend(q_head, keys, values, scale):
     return o, math.log(total) + peak
 
 
+def sigmoid(z):
+    return 1 / (1 + math.exp(-z))
+
+
 def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_blocks, sel_mask,
-             sel_count, sm_scale):
-    """(o [T][Hq][D], lse [T][Hq]); query head h reads KV head h // (Hq / Hkv)."""
+             sel_count, sm_scale, gate=None):
+    """(o [T][Hq][D], lse [T][Hq]); query head h reads KV head h // (Hq / Hkv); with a gate, o
+    is multiplied by sigmoid(gate) (lse stays that of the ungated sums)."""
     out, lse = [], []
-    kv_heads = len(k_cache[0][0])
+    page, kv_heads = len(k_cache[0]), len(k_cache[0][0])
     for t, (r, _, length) in enumerate(rows_of(query_start_loc, seq_lens)):
-        positions = selected_positions(sel_blocks[t], sel_mask[t], sel_count[t], length)
+        positions = selected_positions(sel_blocks[t], sel_mask[t], sel_count[t], length, page)
         group = len(q[t]) // kv_heads
         o_row, lse_row = [], []
         for h, q_head in enumerate(q[t]):
             kv = h // group
-            keys = [token(k_cache, block_table, r, p)[kv] for p in positions]
-            values = [token(v_cache, block_table, r, p)[kv] for p in positions]
+            keys = [entry(k_cache, block_table, r, p)[kv] for p in positions]
+            values = [entry(v_cache, block_table, r, p)[kv] for p in positions]
             o, s = attend(q_head, keys, values, sm_scale)
+            if gate is not None:
+                o = [x * sigmoid(z) for x, z in zip(o, gate[t][h])]
             o_row.append(o)
             lse_row.append(s)
         out.append(o_row)

@@ -56,7 +56,9 @@ def _python_value(constant):
     """The mirror of one golden constant (SM70OPS_REASON_ARCH -> Reason.ARCH)."""
     name = constant.removeprefix("SM70OPS_")
     plain = {"ABI_MAJOR": _abi.ABI_MAJOR, "MESSAGE_BYTES": _abi.MESSAGE_BYTES,
-             "STATUS_COUNT": _abi.STATUS_COUNT, "REASON_COUNT": _abi.REASON_COUNT}
+             "STATUS_COUNT": _abi.STATUS_COUNT, "REASON_COUNT": _abi.REASON_COUNT,
+             "QSA_INDEX_ARGS_SIZE_1_0": _abi.QSA_INDEX_ARGS_SIZE_1_0,
+             "QSA_ATTN_ARGS_SIZE_1_0": _abi.QSA_ATTN_ARGS_SIZE_1_0}
     if name in plain:
         return plain[name]
     for prefix, enum in (("ERR_", _abi.Status), ("OP_", _abi.Op), ("REASON_", _abi.Reason),
@@ -70,6 +72,14 @@ def _python_value(constant):
 @pytest.mark.parametrize("constant", sorted(VALUES))
 def test_constant(constant):
     assert _python_value(constant) == VALUES[constant]
+
+
+def test_versions_match_the_header():
+    """The minor and release the mirrors were written for, which the golden file does not pin."""
+    text = (REPO_ROOT / "abi" / "sm70ops.h").read_text()
+    defined = dict(re.findall(r"^#define SM70OPS_(\w+) (\d+)$", text, re.M))
+    assert int(defined["ABI_MINOR"]) == _abi.ABI_MINOR
+    assert tuple(int(defined[f"VERSION_{p}"]) for p in ("MAJOR", "MINOR", "PATCH")) == _abi.VERSION
 
 
 def test_enum_counts_match_the_header():

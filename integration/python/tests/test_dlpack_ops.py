@@ -20,15 +20,26 @@ def test_describe_is_dense_with_null_data():
 
 
 @pytest.mark.parametrize("name, code, bits", [("float32", 2, 32), ("int32", 0, 32),
-                                              ("uint8", 1, 8), ("uint64", 1, 64)])
+                                              ("uint8", 1, 8), ("uint64", 1, 64),
+                                              ("int64", 0, 64), ("bfloat16", 4, 16)])
 def test_dtype_mapping(name, code, bits):
     t = dlpack.describe((2,), name).tensor
     assert (t.dtype.code, t.dtype.bits) == (code, bits)
 
 
-def test_unknown_dtypes_are_refused():
+def test_dtypes_without_a_dlpack_code_are_refused():
     with pytest.raises(TypeError):
-        dlpack.describe((2,), "float64")
+        dlpack.describe((2,), "complex64")
+
+
+def test_a_wrong_dtype_is_the_plugins_to_decline(plugin):
+    """int64 lengths reach the check, which declines naming them: a host falls back."""
+    args = model.model_call("qsa_index", 32768)[0]
+    lens = dlpack.describe((1,), "int64")
+    args.struct.seq_lens = lens.pointer  # `lens` outlives the check
+    with plugin.context(compute_capability=70) as ctx:
+        d = ctx.check("qsa_index", args)
+    assert not d.accepted and d.reason == "INVALID_ARGUMENT" and "seq_lens" in d.message
 
 
 def _qsa_index_args():
@@ -53,25 +64,33 @@ def test_qsa_index_struct():
     assert s.struct_size == ctypes.sizeof(_abi.sm70ops_qsa_index_args)
     assert (s.topk, s.max_seq_len, s.max_query_len, s.max_workspace_bytes) == (2048, 32768,
                                                                               8192, 0)
-    assert not s.topk_idx and s.sel_blocks and s.k_index.contents.shape[0] == 512
+    assert (s.compress_ratio, s.reserved1) == (4, 0) and not s.weights  # the model's indexer
+    assert not s.topk_idx and s.sel_blocks and s.k_index.contents.shape[:2] == [512, 16]
+
+
+def test_version_1_shapes_give_a_key_per_token_and_weights():
+    s = model.model_call("qsa_index", 32768, model=model.V1)[0].struct
+    assert s.compress_ratio == 1 and s.weights and s.k_index.contents.shape[1] == 64
+    assert s.sel_blocks.contents.shape[1] == 512
 
 
 def test_nvfp4_moe_structs_point_at_the_weights():
     args = model.model_call("nvfp4_moe", 8192)[0]
     w = args.struct.weights.contents
     assert w.struct_size == ctypes.sizeof(_abi.sm70ops_nvfp4_weights) and w.reserved0 == 0
-    assert [w.w13.contents.shape[i] for i in range(3)] == [512, 256, 1024]
-    assert [w.w2_scale.contents.shape[i] for i in range(3)] == [512, 2048, 8]
+    assert [w.w13.contents.shape[i] for i in range(3)] == [512, 320, 1280]  # TP4: I 160
+    assert [w.w2_scale.contents.shape[i] for i in range(3)] == [512, 2560, 10]
     prepare = model.model_call("nvfp4_moe_prepare", 8192)[0].struct
-    assert prepare.prepared.contents.shape[0] == 512 * (256 * 1024 + 256 * 128 + 2048 * 64
-                                                        + 2048 * 8 + 16)
+    assert prepare.weights and not prepare.prepared  # check tells the size: output_bytes
 
 
 def test_qsa_attn_struct():
     s = model.model_call("qsa_attn", 131072)[0].struct
+    assert s.struct_size == ctypes.sizeof(_abi.sm70ops_qsa_attn_args)
     assert s.sm_scale == pytest.approx(1 / 16) and not s.lse
     assert [s.k_cache.contents.shape[i] for i in range(4)] == [2048, 64, 1, 256]
-    assert s.sel_blocks.contents.shape[1] == 2048
+    assert [s.gate.contents.shape[i] for i in range(3)] == [8192, 6, 256]
+    assert s.sel_blocks.contents.shape[1] == 513
 
 
 def test_from_torch_strides_and_dtypes(torch):
@@ -102,12 +121,12 @@ def test_builders_take_torch_tensors(torch):
     args = ops.qsa_index(
         q=torch.zeros((rows, 4, 128), dtype=torch.float16),
         weights=torch.zeros((rows, 4)), k_index=torch.zeros((pages, 64, 128), dtype=torch.float16),
-        query_start_loc=torch.tensor([0, rows], dtype=torch.int32),
+        query_start_loc=torch.tensor([0, rows], dtype=torch.int32), compress_ratio=2,
         seq_lens=torch.tensor([100], dtype=torch.int32),
         block_table=torch.tensor([[1, 0]], dtype=torch.int32), topk=16, max_seq_len=100,
         max_query_len=rows, sel_mask=torch.zeros((rows, 2), dtype=torch.int64),
         sel_blocks=torch.zeros((rows, 2), dtype=torch.int32),
         sel_count=torch.zeros(rows, dtype=torch.int32))
-    assert args.op == _abi.Op.QSA_INDEX
+    assert args.op == _abi.Op.QSA_INDEX and args.struct.compress_ratio == 2
     assert args.struct.sel_mask.contents.dtype.code == _abi.DLDataTypeCode.kDLUInt
     assert args.struct.q.contents.shape[2] == 128

@@ -1,6 +1,7 @@
 """The generic torch implementations (sm70ops.generic) on CPU against the plain-Python
-references written from ops.md, on tiny inputs: varlen batches, scattered pages, ties, empty
-key sets, bit 63 of the masks. Skipped, with the reason printed, where torch is missing."""
+references written from ops.md v2, on tiny inputs: varlen batches, scattered pages of 16, 32 and
+64 tokens, compress ratios 1, 2 and 4 with their tails, ties, empty key sets, the gate, bit 63 of
+the masks. Skipped, with the reason printed, where torch is missing."""
 import math
 import random
 
@@ -11,22 +12,38 @@ from sm70ops import generic
 
 U64 = (1 << 64) - 1
 
+# Two requests, 3 and 5 rows, contexts 70 and 130: with c = 4 their rows' L leave tails of 0..3.
+QSL, LENS = [0, 3, 8], [70, 130]
 
-def integer_inputs(seed, rows, pages, heads=4, dim=128):
+
+def scattered_table(page, seed):
+    """block_table [R, max pages] over a shuffled pool of every request's pages, and the pool
+    size."""
+    pages = [math.ceil(n / page) for n in LENS]
+    pool = list(range(sum(pages)))
+    random.Random(seed).shuffle(pool)
+    table, used = [], 0
+    for n in pages:
+        table.append(pool[used:used + n] + [0] * (max(pages) - n))
+        used += n
+    return table, len(pool)
+
+
+def integer_inputs(seed, rows, pool, keys_a_page, heads=4, dim=128):
     """q, k in {-2..2} and w in quarters: every score is exact in fp16, fp32 and fp64, and ties
     are frequent."""
     rng = random.Random(seed)
     q = [[[float(rng.randint(-2, 2)) for _ in range(dim)] for _ in range(heads)]
          for _ in range(rows)]
-    k = [[[float(rng.randint(-2, 2)) for _ in range(dim)] for _ in range(ref.PAGE)]
-         for _ in range(pages)]
+    k = [[[float(rng.randint(-2, 2)) for _ in range(dim)] for _ in range(keys_a_page)]
+         for _ in range(pool)]
     w = [[rng.choice([-1.0, -0.5, 0.25, 0.75, 1.0]) for _ in range(heads)] for _ in range(rows)]
     return q, w, k
 
 
 def tensors(torch, q, w, k, qsl, lens, table):
     return dict(q=torch.tensor(q, dtype=torch.float16),
-                weights=torch.tensor(w, dtype=torch.float32),
+                weights=None if w is None else torch.tensor(w, dtype=torch.float32),
                 k_index=torch.tensor(k, dtype=torch.float16),
                 query_start_loc=torch.tensor(qsl, dtype=torch.int32),
                 seq_lens=torch.tensor(lens, dtype=torch.int32),
@@ -37,34 +54,72 @@ def mask_ints(torch, sel_mask):
     return [[v & U64 for v in row] for row in sel_mask.view(torch.int64).tolist()]
 
 
-# Two requests, 3 and 5 rows, contexts 70 and 130, pages scattered over a pool of 6.
-QSL, LENS, TABLE = [0, 3, 8], [70, 130], [[4, 1, 0], [2, 5, 3]]
+def test_selection_width_is_the_pages_a_row_can_touch():
+    assert generic.selection_width(2048, 4, 64, 131072) == 513  # 512 groups and the tail's page
+    assert generic.selection_width(2048, 1, 64, 131072) == 2048  # no tail with c = 1
+    assert generic.selection_width(2048, 4, 16, 4097) == 257  # the context's pages
+    assert generic.selection_width(8, 4, 16, 38) == 3
 
 
-@pytest.mark.parametrize("k", [16, 67, 128])
-def test_qsa_index_matches_the_reference(torch, k):
-    q, w, keys = integer_inputs(seed=k, rows=8, pages=6)
-    nb = min(k, math.ceil(max(LENS) / 64))
-    scores, topk_idx, blocks, masks, counts = ref.qsa_index(q, w, keys, QSL, LENS, TABLE, k, nb)
-    inputs = tensors(torch, q, w, keys, QSL, LENS, TABLE)
-    got = generic.qsa_index(**inputs, topk=k)
+# (c, P, budget): the model's c = 4 at both engine page sizes, c = 2, and c = 1 (version 1).
+INDEX_CASES = [(4, 16, 8), (4, 16, 64), (4, 64, 128), (2, 32, 22), (1, 64, 16), (1, 64, 67),
+               (1, 64, 128)]
+
+
+@pytest.mark.parametrize("c, page, budget", INDEX_CASES)
+def test_qsa_index_matches_the_reference(torch, c, page, budget):
+    table, pool = scattered_table(page, seed=page + c)
+    q, w, keys = integer_inputs(seed=budget + c, rows=8, pool=pool, keys_a_page=page // c)
+    nb = generic.selection_width(budget, c, page, max(LENS))
+    scores, topk_idx, blocks, masks, counts = ref.qsa_index(q, w, keys, QSL, LENS, table,
+                                                            budget, nb, c)
+    inputs = tensors(torch, q, w, keys, QSL, LENS, table)
+    got = generic.qsa_index(**inputs, topk=budget, compress_ratio=c)
     assert got.topk_idx.dtype == torch.int32 and got.topk_idx.tolist() == topk_idx
     assert got.sel_blocks.tolist() == blocks
     assert mask_ints(torch, got.sel_mask) == masks
     assert got.sel_count.tolist() == counts
-    got_scores = generic.qsa_index_scores(**inputs)
+    got_scores = generic.qsa_index_scores(**inputs, compress_ratio=c)
     for t, row in enumerate(scores):
         assert got_scores[t, : len(row)].tolist() == row
         assert all(s == -math.inf for s in got_scores[t, len(row) :].tolist())
 
 
-def test_qsa_index_ties_go_to_the_lower_position(torch):
-    q, w, _ = integer_inputs(seed=1, rows=3, pages=2)
-    same_key = [[[1.0] * 128 for _ in range(64)] for _ in range(2)]
-    w = [[1.0] * 4 for _ in range(3)]
-    inputs = tensors(torch, q, w, same_key, [0, 3], [100], [[1, 0]])
-    got = generic.qsa_index(**inputs, topk=10)
-    assert got.topk_idx.tolist() == [list(range(10))] * 3
+def test_weight_free_is_every_head_weighing_one_over_sqrt_128(torch):
+    table, pool = scattered_table(16, seed=3)
+    q, _, keys = integer_inputs(seed=4, rows=8, pool=pool, keys_a_page=4)
+    inputs = tensors(torch, q, None, keys, QSL, LENS, table)
+    free = generic.qsa_index(**inputs, topk=16, compress_ratio=4)
+    weighted = generic.qsa_index(**dict(inputs, weights=torch.full((8, 4), 128 ** -0.5)),
+                                 topk=16, compress_ratio=4)
+    assert torch.equal(free.topk_idx, weighted.topk_idx)
+    assert torch.equal(free.sel_blocks, weighted.sel_blocks)
+    assert mask_ints(torch, free.sel_mask) == mask_ints(torch, weighted.sel_mask)
+
+
+def test_qsa_index_ties_go_to_the_lower_group(torch):
+    q, _, _ = integer_inputs(seed=1, rows=3, pool=0, keys_a_page=0)
+    same_key = [[[1.0] * 128 for _ in range(16)] for _ in range(2)]
+    inputs = tensors(torch, q, [[1.0] * 4] * 3, same_key, [0, 3], [101], [[1, 0]])
+    got = generic.qsa_index(**inputs, topk=12, compress_ratio=4)
+    tails = ([96, 97, 98], [], [100])  # rows at L 99, 100, 101
+    assert got.topk_idx.tolist() == [list(range(12)) + tail + [-1] * (3 - len(tail))
+                                     for tail in tails]
+
+
+def test_the_budget_must_be_whole_groups(torch):
+    table, pool = scattered_table(16, seed=5)
+    q, w, keys = integer_inputs(seed=6, rows=8, pool=pool, keys_a_page=4)
+    with pytest.raises(ValueError, match="multiple of c = 4"):
+        generic.qsa_index(**tensors(torch, q, w, keys, QSL, LENS, table), topk=10,
+                          compress_ratio=4)
+
+
+def test_token_set_places_the_tail_after_the_groups(torch):
+    groups = torch.tensor([[0, 2, -1], [-1, -1, -1], [0, 1, 2]], dtype=torch.int32)
+    got = generic.token_set(groups, torch.tensor([15, 2, 12]), 4)
+    assert got.tolist() == [[0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14] + [-1] * 4,
+                            [0, 1] + [-1] * 13, list(range(12)) + [-1] * 3]
 
 
 def test_topk_positions_exact_ties_and_short_rows(torch):
@@ -74,35 +129,38 @@ def test_topk_positions_exact_ties_and_short_rows(torch):
     assert got.tolist() == [[0, 2, 3], [0, 1, -1]]
 
 
-def test_expansion_sets_bit_63_and_pads(torch):
-    topk_idx = torch.tensor([[0, 63, 64, 200], [5, -1, -1, -1]], dtype=torch.int32)
-    blocks, masks, counts = generic.expand_selection(topk_idx, 4)
+@pytest.mark.parametrize("page", [16, 64])
+def test_expansion_sets_the_last_bit_and_pads(torch, page):
+    topk_idx = torch.tensor([[0, page - 1, page, 3 * page + 8], [5, -1, -1, -1]],
+                            dtype=torch.int32)
+    blocks, masks, counts = generic.expand_selection(topk_idx, 4, page)
     assert blocks.tolist() == [[0, 1, 3, -1], [0, -1, -1, -1]]
-    assert mask_ints(torch, masks) == [[1 | 1 << 63, 1, 1 << 8, 0], [1 << 5, 0, 0, 0]]
+    assert mask_ints(torch, masks) == [[1 | 1 << (page - 1), 1, 1 << 8, 0], [1 << 5, 0, 0, 0]]
     assert counts.dtype == torch.int32 and counts.tolist() == [3, 1]
 
 
 def test_expansion_refuses_a_narrow_nb(torch):
     with pytest.raises(ValueError, match="NB is 1"):
-        generic.expand_selection(torch.tensor([[1, 70]], dtype=torch.int32), 1)
+        generic.expand_selection(torch.tensor([[1, 70]], dtype=torch.int32), 1, 64)
 
 
-def random_attn_inputs(torch, seed, q_heads=4, kv_heads=2, dim=128):
+def random_attn_inputs(torch, seed, q_heads=4, kv_heads=2, dim=128, page=64):
+    """q, paged K/V and a selection per row (some tokens beyond L, which the op drops; row 1
+    selects nothing), as tensors and as the reference's lists."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
-    rows, pages = 8, 6
-    q = torch.randn((rows, q_heads, dim), generator=gen).half()
-    k_cache = torch.randn((pages, 64, kv_heads, dim), generator=gen).half()
-    v_cache = torch.randn((pages, 64, kv_heads, dim), generator=gen).half()
+    table, pool = scattered_table(page, seed)
+    q = torch.randn((8, q_heads, dim), generator=gen).half()
+    k_cache = torch.randn((pool, page, kv_heads, dim), generator=gen).half()
+    v_cache = torch.randn((pool, page, kv_heads, dim), generator=gen).half()
     positions = []
     for r, _, length in ref.rows_of(QSL, LENS):
-        # Some tokens beyond L (the op drops them); row 1 selects nothing.
         chosen = rng.sample(range(min(length + 20, LENS[r])), min(12, length))
         positions.append([] if len(positions) == 1 else chosen)
-    nb = 3
+    nb = math.ceil(max(LENS) / page)
     blocks, masks, counts = [], [], []
     for chosen in positions:
-        pages_, bits = ref.expand(chosen)
+        pages_, bits = ref.expand(chosen, page)
         blocks.append(pages_ + [-1] * (nb - len(pages_)))
         masks.append(bits + [0] * (nb - len(bits)))
         counts.append(len(pages_))
@@ -110,7 +168,10 @@ def random_attn_inputs(torch, seed, q_heads=4, kv_heads=2, dim=128):
     sel = dict(sel_blocks=torch.tensor(blocks, dtype=torch.int32),
                sel_mask=torch.tensor(signed, dtype=torch.int64),
                sel_count=torch.tensor(counts, dtype=torch.int32))
-    return q, k_cache, v_cache, sel, (blocks, masks, counts)
+    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
+                seq_lens=torch.tensor(LENS, dtype=torch.int32),
+                block_table=torch.tensor(table, dtype=torch.int32))
+    return q, k_cache, v_cache, meta, sel, (table, blocks, masks, counts)
 
 
 def rel_l2(got, want):
@@ -123,17 +184,17 @@ def flat(nested):
     return [x for row in nested for head in row for x in head]
 
 
-@pytest.mark.parametrize("q_heads, kv_heads", [(4, 2), (4, 1)])
-def test_qsa_attn_matches_the_reference(torch, q_heads, kv_heads):
-    q, k_cache, v_cache, sel, (blocks, masks, counts) = random_attn_inputs(torch, 3, q_heads,
-                                                                           kv_heads)
-    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
-                seq_lens=torch.tensor(LENS, dtype=torch.int32),
-                block_table=torch.tensor(TABLE, dtype=torch.int32))
-    out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.0883)
+@pytest.mark.parametrize("q_heads, kv_heads, page, gated", [(4, 2, 64, False), (6, 1, 16, True),
+                                                          (4, 1, 32, True)])
+def test_qsa_attn_matches_the_reference(torch, q_heads, kv_heads, page, gated):
+    q, k_cache, v_cache, meta, sel, (table, blocks, masks, counts) = random_attn_inputs(
+        torch, 3, q_heads, kv_heads, page=page)
+    gate = (torch.randn(q.shape, generator=torch.Generator().manual_seed(7)) * 2).half()
+    gate = gate if gated else None
+    out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.0883, gate=gate)
     want_o, want_lse = ref.qsa_attn(q.float().tolist(), k_cache.float().tolist(),
-                                    v_cache.float().tolist(), QSL, LENS, TABLE, blocks, masks,
-                                    counts, 0.0883)
+                                    v_cache.float().tolist(), QSL, LENS, table, blocks, masks,
+                                    counts, 0.0883, gate.float().tolist() if gated else None)
     assert out.dtype == torch.float16 and lse.dtype == torch.float32
     assert rel_l2(flat(out.float().tolist()), flat(want_o)) <= 2e-3
     assert out[1].abs().max().item() == 0 and lse[1].tolist() == [-math.inf] * q_heads
@@ -142,20 +203,19 @@ def test_qsa_attn_matches_the_reference(torch, q_heads, kv_heads):
             assert a == b == -math.inf or abs(a - b) <= 1e-4 * max(1.0, abs(b))
 
 
-def test_qsa_attn_selecting_everything_is_dense_causal_attention(torch):
-    q, k_cache, v_cache, _, _ = random_attn_inputs(torch, 4)
-    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
-                seq_lens=torch.tensor(LENS, dtype=torch.int32),
-                block_table=torch.tensor(TABLE, dtype=torch.int32))
-    every = dict(sel_blocks=torch.tensor([[0, 1, 2]] * 8, dtype=torch.int32),
-                 sel_mask=torch.full((8, 3), -1, dtype=torch.int64),
-                 sel_count=torch.full((8,), 3, dtype=torch.int32))
+@pytest.mark.parametrize("page", [16, 64])
+def test_qsa_attn_selecting_everything_is_dense_causal_attention(torch, page):
+    q, k_cache, v_cache, meta, _, (table, *_) = random_attn_inputs(torch, 4, page=page)
+    pages = math.ceil(max(LENS) / page)
+    every = dict(sel_blocks=torch.arange(pages, dtype=torch.int32).repeat(8, 1),
+                 sel_mask=torch.full((8, pages), -1, dtype=torch.int64),
+                 sel_count=torch.full((8,), pages, dtype=torch.int32))
     out, lse = generic.qsa_attn(q, k_cache, v_cache, **meta, **every, sm_scale=0.1)
     k_list, v_list, q_list = k_cache.float().tolist(), v_cache.float().tolist(), q.float().tolist()
     for t, (r, _, length) in enumerate(ref.rows_of(QSL, LENS)):
         for h in range(4):
-            keys = [ref.token(k_list, TABLE, r, p)[h // 2] for p in range(length)]
-            values = [ref.token(v_list, TABLE, r, p)[h // 2] for p in range(length)]
+            keys = [ref.entry(k_list, table, r, p)[h // 2] for p in range(length)]
+            values = [ref.entry(v_list, table, r, p)[h // 2] for p in range(length)]
             o, s = ref.attend(q_list[t][h], keys, values, 0.1)
             assert rel_l2(out[t, h].float().tolist(), o) <= 2e-3
             assert abs(lse[t, h].item() - s) <= 1e-4 * abs(s) + 1e-5
@@ -197,6 +257,12 @@ def test_nvfp4_moe_matches_the_reference(torch):
     out = generic.nvfp4_moe(x, ids, weights, **w)
     assert out.dtype == torch.float16 and out.shape == x.shape
     assert moe_error(out, x, ids, weights, w) <= 5e-3
+
+
+def test_nvfp4_moe_takes_any_multiple_of_16(torch):
+    """ops.md v2: H and I any multiple of 16 (I 80 is the model's TP8 slice)."""
+    x, ids, weights, w = random_moe(torch, 8, hidden=48, inter=80, tokens=7)
+    assert moe_error(generic.nvfp4_moe(x, ids, weights, **w), x, ids, weights, w) <= 5e-3
 
 
 def test_nvfp4_moe_takes_float8_scales(torch):
@@ -241,10 +307,7 @@ def spy_row_chunks(monkeypatch):
 def test_qsa_attn_row_chunks_give_the_one_pass_result(torch, monkeypatch):
     """A scratch budget of 3 rows (NB 3) splits request 1's 5 rows into 3 + 2 for the expansion,
     and its gather into single rows: same results as one pass and the reference."""
-    q, k_cache, v_cache, sel, (blocks, masks, counts) = random_attn_inputs(torch, 9)
-    meta = dict(query_start_loc=torch.tensor(QSL, dtype=torch.int32),
-                seq_lens=torch.tensor(LENS, dtype=torch.int32),
-                block_table=torch.tensor(TABLE, dtype=torch.int32))
+    q, k_cache, v_cache, meta, sel, (table, blocks, masks, counts) = random_attn_inputs(torch, 9)
     one_pass = generic.qsa_attn(q, k_cache, v_cache, **meta, **sel, sm_scale=0.1)
     monkeypatch.setattr(generic, "SCRATCH_ELEMENTS", 4 * 3 * 64 * 3)
     assert generic._row_chunks(5, 4 * 3 * 64) == [(0, 3), (3, 5)]
@@ -254,7 +317,7 @@ def test_qsa_attn_row_chunks_give_the_one_pass_result(torch, monkeypatch):
     assert torch.allclose(out.float(), one_pass[0].float(), rtol=1e-3, atol=1e-3)
     assert torch.allclose(lse, one_pass[1], rtol=1e-5, atol=1e-5)
     want_o, _ = ref.qsa_attn(q.float().tolist(), k_cache.float().tolist(),
-                             v_cache.float().tolist(), QSL, LENS, TABLE, blocks, masks, counts,
+                             v_cache.float().tolist(), QSL, LENS, table, blocks, masks, counts,
                              0.1)
     assert rel_l2(flat(out.float().tolist()), flat(want_o)) <= 2e-3
 

@@ -10,8 +10,8 @@ from sm70ops import _abi, model
 from sm70ops.plugin import Plugin, Sm70opsError
 
 
-def test_loads_and_negotiates_1_0(plugin):
-    assert plugin.abi_major == 1 and plugin.abi_minor == 0
+def test_loads_and_negotiates_1_1(plugin):
+    assert plugin.abi_major == 1 and plugin.abi_minor == 1
     assert os.path.isfile(plugin.path) and plugin.path.endswith("libsm70ops.so")
 
 
@@ -134,6 +134,22 @@ def test_a_struct_size_the_plugin_does_not_know_is_declined(plugin):
         args, _ = model.model_call("qsa_index", 8192)
         args.struct.struct_size = 8
         assert ctx.check("qsa_index", args).reason == "STRUCT_SIZE"
+
+
+@pytest.mark.parametrize("op", ["qsa_index", "qsa_attn"])
+def test_a_1_0_host_keeps_its_behaviour(plugin, op):
+    """A 1.0-sized struct (version 1's shapes: a key per token, weights given, no gate) is
+    decided as its 1.1-sized twin; without weights it is malformed, as 1.0 said."""
+    size_1_0 = {"qsa_index": _abi.QSA_INDEX_ARGS_SIZE_1_0,
+                "qsa_attn": _abi.QSA_ATTN_ARGS_SIZE_1_0}[op]
+    with plugin.context(compute_capability=70) as ctx:
+        args, _ = model.model_call(op, 8192, model=model.V1)
+        newer = ctx.check(op, args)
+        args.struct.struct_size = size_1_0
+        assert ctx.check(op, args) == newer
+        if op == "qsa_index":
+            args.struct.weights = None
+            assert ctx.check(op, args).reason == "INVALID_ARGUMENT"
 
 
 def test_workspace_size_of_a_decline_raises(plugin, monkeypatch):

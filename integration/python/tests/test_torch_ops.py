@@ -25,12 +25,12 @@ def index_inputs(torch, device, rows=40, seq_len=300, seed=3):
             max_seq_len=seq_len, max_query_len=rows)
 
 
-def attn_inputs(torch, device, rows, seq_len, q_heads=4, kv_heads=1, dim=128, seed=4):
+def attn_inputs(torch, device, rows, seq_len, q_heads=4, kv_heads=1, dim=128, seed=4, page=64):
     g = torch.Generator(device=device).manual_seed(seed)
-    pages = math.ceil(seq_len / 64)
+    pages = math.ceil(seq_len / page)
     return (torch.randn((rows, q_heads, dim), generator=g, device=device).half(),
-            torch.randn((pages, 64, kv_heads, dim), generator=g, device=device).half(),
-            torch.randn((pages, 64, kv_heads, dim), generator=g, device=device).half())
+            torch.randn((pages, page, kv_heads, dim), generator=g, device=device).half(),
+            torch.randn((pages, page, kv_heads, dim), generator=g, device=device).half())
 
 
 def rel_l2(got, want):
@@ -55,6 +55,48 @@ def test_without_a_context_every_op_is_generic(torch):
     assert torch.equal(ops.nvfp4_moe(x, ids, weights, w), generic.nvfp4_moe(x, ids, weights, **w))
     assert set(ops.paths) == {(op, "generic: no plugin context") for op in (
         "qsa_index", "qsa_attn", "nvfp4_moe", "nvfp4_moe_prepare")}
+
+
+def test_int64_metadata_falls_back_to_the_generic_path(torch, plugin):
+    """int64 seq_lens (op 1) and topk_ids (op 3) are the plugin's to decline, never a TypeError
+    of the binding: the generic path answers, and `paths` names the reason."""
+    with plugin.context(compute_capability=70) as ctx:
+        ops = TorchOps(ctx)
+        inputs, bounds = index_inputs(torch, "cpu")
+        inputs["seq_lens"] = inputs["seq_lens"].long()
+        sel = ops.qsa_index(**inputs, topk=100, **bounds)
+        want = generic.qsa_index(**inputs, topk=100)
+        assert torch.equal(sel.sel_blocks, want.sel_blocks)
+        x, ids, weights, w = random_moe(torch, 11)
+        out = ops.nvfp4_moe(x, ids.long(), weights, w)
+        assert torch.equal(out, generic.nvfp4_moe(x, ids, weights, **w))
+    assert set(ops.paths) == {("qsa_index", "generic: INVALID_ARGUMENT"),
+                              ("nvfp4_moe", "generic: INVALID_ARGUMENT")}
+
+
+def test_the_models_index_and_gated_attention_fall_back_alike(torch):
+    """c = 4 without weights on 16-token pages, the gate fused: TorchOps's generic path is
+    generic's, at the width ops.md gives (B/c + 1 pages at most)."""
+    ops = TorchOps(None)
+    g = torch.Generator().manual_seed(6)
+    rows, seq_len, page = 30, 299, 16
+    pages = math.ceil(seq_len / page)
+    meta = dict(query_start_loc=torch.tensor([0, rows], dtype=torch.int32),
+                seq_lens=torch.tensor([seq_len], dtype=torch.int32),
+                block_table=torch.randperm(pages, generator=g).int().view(1, -1))
+    q = torch.randn((rows, 4, 128), generator=g).half()
+    k_index = torch.randn((pages, page // 4, 128), generator=g).half()
+    sel = ops.qsa_index(q, None, k_index, **meta, topk=64, compress_ratio=4, max_seq_len=seq_len,
+                        max_query_len=rows)
+    want = generic.qsa_index(q, None, k_index, **meta, topk=64, compress_ratio=4)
+    assert sel.sel_blocks.shape == (rows, 17) and torch.equal(sel.topk_idx, want.topk_idx)
+    qa, k, v = attn_inputs(torch, "cpu", rows, seq_len, q_heads=6, page=page)
+    gate = torch.randn(qa.shape, generator=g).half()
+    out = ops.qsa_attn(qa, k, v, **meta, sel=sel, sm_scale=0.1, gate=gate, max_seq_len=seq_len,
+                       max_query_len=rows)
+    assert torch.equal(out, generic.qsa_attn(qa, k, v, **meta, sel_blocks=sel.sel_blocks,
+                                             sel_mask=sel.sel_mask, sel_count=sel.sel_count,
+                                             sm_scale=0.1, gate=gate)[0])
 
 
 def test_cpu_tensors_are_declined_and_fall_back(torch, plugin):

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/common/cuda_device.h"
+#include "plugin/cuda_device.h"
 
 namespace {
 

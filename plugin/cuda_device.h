@@ -1,7 +1,7 @@
 /* The CUDA runtime calls the C plugin core needs, behind a C interface so that plugin/ includes no
  * CUDA header. Each returns 0 on success, or a CUDA error code with its message in `err`. */
-#ifndef SM70OPS_KERNELS_COMMON_CUDA_DEVICE_H_
-#define SM70OPS_KERNELS_COMMON_CUDA_DEVICE_H_
+#ifndef SM70OPS_PLUGIN_CUDA_DEVICE_H_
+#define SM70OPS_PLUGIN_CUDA_DEVICE_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,4 +53,4 @@ void sm70_cuda_free_mapped(void *host);
 }
 #endif
 
-#endif /* SM70OPS_KERNELS_COMMON_CUDA_DEVICE_H_ */
+#endif /* SM70OPS_PLUGIN_CUDA_DEVICE_H_ */
