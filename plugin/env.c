@@ -39,7 +39,8 @@ static const bool_switch kSwitches[] = {
     /* The seed engine's switch keeps its meaning: 0 turns the indexer fast path off. */
     {"VLLM_SM70_QSA_INDEXER_CUBLAS", 0, OP_BIT(SM70OPS_OP_QSA_INDEX), kBoolOff, "qsa_index off"},
     {"SM70OPS_CHECKED", offsetof(sm70_settings, checked), 0, kBoolOn,
-     "checked mode on: kernels validate page, selection and expert ids"},
+     "checked mode on: kernels validate page ids, selections, lengths, query_start_loc and "
+     "expert ids"},
 };
 
 static const char kAllowArch[] = "SM70OPS_ALLOW_ARCH";

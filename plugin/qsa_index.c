@@ -188,22 +188,26 @@ static int32_t selection_wide_enough(const sm70ops_qsa_index_args *a, sm70_plan 
 
 enum { kDefaultWorkspaceBytes = 256 << 20 };
 
-/* How the call's rows are cut to fit the host's cap on scratch (0: 256 MiB), and what that takes.
- */
+/* The host's cap on scratch (0: 256 MiB) and the keys a row sees at most. */
+static uint64_t workspace_cap(const sm70ops_qsa_index_args *a) {
+  return a->max_workspace_bytes ? a->max_workspace_bytes : kDefaultWorkspaceBytes;
+}
+static int32_t max_keys(const sm70ops_qsa_index_args *a) {
+  return a->max_seq_len / compress_ratio(a);
+}
+
+/* How the call's rows are cut to fit the cap, and what that takes. */
 static uint64_t workspace_split(const sm70ops_qsa_index_args *a, sm70_qsa_index_split *split) {
-  uint64_t cap = a->max_workspace_bytes ? a->max_workspace_bytes : kDefaultWorkspaceBytes;
-  return sm70_qsa_index_workspace((int32_t)a->q->shape[0], a->max_seq_len / compress_ratio(a), cap,
-                                  split);
+  return sm70_qsa_index_workspace((int32_t)a->q->shape[0], max_keys(a), workspace_cap(a), split);
 }
 
 static int32_t plan_workspace(const sm70ops_qsa_index_args *a, sm70_plan *plan) {
   sm70_qsa_index_split split;
   plan->workspace_bytes = workspace_split(a, &split);
   if (a->q->shape[0] > 0 && split.chunk_rows == 0) {
-    const uint64_t cap = a->max_workspace_bytes ? a->max_workspace_bytes : kDefaultWorkspaceBytes;
     return sm70_decline(plan, SM70OPS_REASON_TOO_LARGE,
                         "max_workspace_bytes %llu cannot hold one 16-row chunk of %d keys",
-                        (unsigned long long)cap, a->max_seq_len / compress_ratio(a));
+                        (unsigned long long)workspace_cap(a), max_keys(a));
   }
   return 1;
 }
@@ -217,7 +221,7 @@ static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t
   plan->route = shape->route;
   plan->launch = shape->launch;
   plan->work_items = a->q->shape[0];
-  plan->smem_bytes = sm70_qsa_index_smem_bytes(a->max_seq_len / compress_ratio(a));
+  plan->smem_bytes = sm70_qsa_index_smem_bytes(max_keys(a));
 }
 
 static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }

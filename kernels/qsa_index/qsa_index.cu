@@ -16,13 +16,14 @@
 //                             holds; about one in 10^9 on any data) is scored once more, every
 //                             key's score stored: the one extra pass a misjudged row costs, and
 //                             the worst case of a row (samples, two scoring passes, and the
-//                             select's at most five reads of the stored scores);
+//                             select's at most six reads of the stored scores);
 //   5. select     (select.cu) exact radix top-K among the kept keys in shared memory (keys tied
 //                             at the threshold come from a bitmap), or among a rescored row's
 //                             stored scores, then the expansion; a row of at most K keys takes
 //                             them all without one.
 #include <algorithm>
 
+#include "kernels/common/smem.cuh"
 #include "kernels/qsa_index/qsa_index.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 
@@ -56,12 +57,10 @@ extern "C" uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_keys, uin
   const uint64_t stored = stored_row_bytes(max_keys), chunk = chunk_row_bytes(max_keys);
   const int32_t tile = std::min(rows, kTileRows);  // of each, at the least
   if (usable < tile * (stored + chunk)) return 0;
+  // Half the cap for stored rows, unless that leaves less than a tile of chunk rows.
   int32_t rescue_rows = std::max(tile, rows_fitting(usable / 2, stored, rows));
-  int32_t chunk_rows = rows_fitting(usable - rescue_rows * stored, chunk, rows);
-  if (chunk_rows < tile) {  // a cap of a few tiles: one tile of stored scores
-    rescue_rows = tile;
-    chunk_rows = rows_fitting(usable - rescue_rows * stored, chunk, rows);
-  }
+  if (usable - rescue_rows * stored < tile * chunk) rescue_rows = tile;
+  const int32_t chunk_rows = rows_fitting(usable - rescue_rows * stored, chunk, rows);
   rescue_rows = std::min(rescue_rows, chunk_rows);
   *split = {chunk_rows, rescue_rows};
   return chunk_rows * chunk + rescue_rows * stored + kWorkspaceSlack;
@@ -71,8 +70,8 @@ extern "C" void sm70_qsa_index_view(const void *workspace, const sm70_qsa_index_
                                     int32_t max_keys, sm70_qsa_index_workspace_view *out) {
   using namespace sm70ops::qsa_index;
   const Workspace w = carve_workspace(const_cast<void *>(workspace), *split, max_keys);
-  *out = {w.samples,   w.count,     w.tied,   w.cand_score, w.cand_pos,     w.stored,
-          w.sample_ld, w.stored_ld, kStratum, kCandidates,  kKeepAllMaxLen, 0};
+  *out = {w.samples,   w.count,     w.tied,   w.cand_score, w.cand_pos,    w.stored,
+          w.sample_ld, w.stored_ld, kStratum, kCandidates,  kKeepAllMaxLen};
 }
 
 extern "C" int32_t sm70_qsa_index_stratum_key(int32_t stratum) {
@@ -85,16 +84,18 @@ extern "C" int32_t sm70_qsa_index_launch(const sm70_qsa_index_params *p, void *w
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const sm70_qsa_index_split split{p->chunk_rows, p->rescue_rows};
   const Workspace w = carve_workspace(workspace, split, max_keys(*p));
+  const uint32_t smem_optin = sm70ops::device_smem_optin();
   for (int c0 = 0; c0 < p->rows; c0 += split.chunk_rows) {
     const Rows chunk{c0, c0, std::min(p->rows, c0 + split.chunk_rows)};
     launch_sample(*p, chunk, w, s);
-    launch_threshold(*p, chunk, w, s);
+    launch_threshold(*p, chunk, w, smem_optin, s);
     launch_filter(*p, chunk, w, s);
-    launch_select(*p, chunk, w, Selecting::kKept, s);
-    for (int begin = c0; !call_keeps_all(*p) && begin < chunk.end; begin += split.rescue_rows) {
+    launch_select(*p, chunk, w, Selecting::kKept, smem_optin, s);
+    if (call_keeps_all(*p)) continue;  // no row is misjudged
+    for (int begin = c0; begin < chunk.end; begin += split.rescue_rows) {
       const Rows group{c0, begin, std::min(chunk.end, begin + split.rescue_rows)};
       launch_rescore(*p, group, w, s);
-      launch_select(*p, group, w, Selecting::kRescued, s);
+      launch_select(*p, group, w, Selecting::kRescued, smem_optin, s);
     }
   }
   return static_cast<int32_t>(cudaGetLastError());

@@ -83,9 +83,10 @@ uint64_t sm70_qsa_index_workspace(int32_t rows, int32_t max_keys, uint64_t cap_b
  * others keep all their keys and need none); kept keys: [chunk_rows, candidates] scores and
  * positions, count[r] of them; tied[r] keys equal to the row's threshold, marked in ties
  * [chunk_rows, tie_words]. A row that kept more than `candidates`, or fewer than K with its ties,
- * is rescored: key j's score in column j of its row of stored [rescue_rows, stored_ld] (the last
- * rescue_rows rows of the chunk). A call whose max_keys is at most keep_all_max_len writes only
- * kept scores, key j in slot j, for rows longer than K (a row of at most K keys needs no scores).
+ * is rescored: key j's score in column j of its row of stored [rescue_rows, stored_ld] (row t -
+ * begin of the rescue group, rescue_rows of the chunk's rows at a time, that holds row t). A call
+ * whose max_keys is at most keep_all_max_len writes only kept scores, key j in slot j, for rows
+ * longer than K (a row of at most K keys needs no scores).
  */
 typedef struct sm70_qsa_index_workspace_view {
   const float *samples;
@@ -99,7 +100,6 @@ typedef struct sm70_qsa_index_workspace_view {
   int32_t stratum;
   int32_t candidates;
   int32_t keep_all_max_len;
-  int32_t reserved0;
 } sm70_qsa_index_workspace_view;
 
 void sm70_qsa_index_view(const void *workspace, const sm70_qsa_index_split *split, int32_t max_keys,

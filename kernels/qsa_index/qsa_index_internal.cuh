@@ -22,7 +22,6 @@ using Params = sm70_qsa_index_params;
 constexpr int kHeads = SM70_QSA_INDEX_HEADS;
 constexpr int kDim = SM70_QSA_INDEX_DIM;
 constexpr int kMaxKeys = SM70_QSA_INDEX_MAX_SEQ_LEN;  // keys a row sees: at most its tokens
-constexpr int kMaxKeysPerPage = SM70_QSA_INDEX_MAX_PAGE;
 constexpr int kTileRows = 16;  // rows of one request a scorer block owns: the WMMA M
 
 __host__ __device__ inline int topk_keys(const Params &p) { return p.topk / p.ratio; }
@@ -140,8 +139,8 @@ constexpr uint64_t kWorkspaceSlack = 8 * 256;  // the alignment gaps of carve_wo
 
 // Whether the filter misjudged row r (chunk-local) of `keys` keys: it kept more keys than the
 // select holds, or too few to fill K even with the ties at the threshold. Such a row is
-// rescored whole into its cand_score row and selected from there. Keep-all calls and rows that
-// take every key never are.
+// rescored whole into its row of the stored area and selected from there. Keep-all calls and
+// rows that take every key never are.
 __device__ __forceinline__ bool row_rescued(const Params &p, const Workspace &ws, int r, int keys) {
   if (call_keeps_all(p) || keys <= topk_keys(p)) return false;
   const int kept = ws.count[r];
@@ -188,10 +187,12 @@ enum class Selecting { kKept, kRescued };
 // Launchers, in pipeline order: the first four over a chunk, then rescore and select over each
 // of its rescue groups.
 void launch_sample(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
-void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
+// The select and the threshold opt in to smem_optin (device_smem_optin), at most what they need.
+void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, uint32_t smem_optin,
+                      cudaStream_t stream);
 void launch_filter(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
 void launch_rescore(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
 void launch_select(const Params &p, const Rows &rows, const Workspace &w, Selecting which,
-                   cudaStream_t stream);
+                   uint32_t smem_optin, cudaStream_t stream);
 
 }  // namespace sm70ops::qsa_index

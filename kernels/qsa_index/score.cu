@@ -117,9 +117,10 @@ __device__ void load_queries(const Params &p, const Tile &tile, Smem &s) {
   }
   for (int i = threadIdx.x; i < kHeads * kTileRows * kFrag; i += blockDim.x) {
     const int h = i / (kTileRows * kFrag), row = i / kFrag % kTileRows;
-    const float w = p.weights == nullptr ? kUniformHeadWeight
-                                         : p.weights[(tile.row0 + row) * p.weights_row_stride + h];
-    s.head_w[h][row][i % kFrag] = row < tile.rows ? w : 0.f;
+    s.head_w[h][row][i % kFrag] = row >= tile.rows ? 0.f
+                                  : p.weights == nullptr
+                                      ? kUniformHeadWeight
+                                      : p.weights[(tile.row0 + row) * p.weights_row_stride + h];
   }
 }
 
@@ -387,7 +388,7 @@ __device__ int tile_length(const Params &p, const Smem &s) {
   for (int row = 0; row < kTileRows; ++row) {
     if (kPass != Pass::kRescore || (s.rescued >> row & 1u)) len = max(len, s.len[row]);
   }
-  const int taken_whole = kPass == Pass::kSample ? max(topk_keys(p), kKeepAllMaxLen) : topk_keys(p);
+  const int taken_whole = kPass == Pass::kSample ? kKeepAllMaxLen : topk_keys(p);  // K <= 4096
   return len > taken_whole ? len : 0;
 }
 
@@ -490,7 +491,7 @@ void launch_filter(const Params &p, const Rows &rows, const Workspace &w, cudaSt
   // of the row or more (H200, 1024 rows, K 2048: 8K keys 25% faster, 131072 keys 4% slower).
   if (call_keeps_all(p)) {
     launch_score<Pass::kFilterAll>(p, rows, w, kFilterMinGroupsPerBlock, stream);
-  } else if (16ll * sample_rank(topk_keys(p)) * 8 >= max_keys(p)) {
+  } else if (int64_t{kStratum} * sample_rank(topk_keys(p)) * 8 >= max_keys(p)) {
     launch_score<Pass::kFilterDense>(p, rows, w, kFilterMinGroupsPerBlock, stream);
   } else {
     launch_score<Pass::kFilter>(p, rows, w, kFilterMinGroupsPerBlock, stream);
@@ -498,9 +499,8 @@ void launch_filter(const Params &p, const Rows &rows, const Workspace &w, cudaSt
 }
 
 // Over the rescue group's tiles: a block whose rows were all judged right returns after reading
-// their counters.
+// their counters. Never in a keep-all call: every row keeps all its keys.
 void launch_rescore(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
-  if (call_keeps_all(p)) return;  // every row keeps all its keys
   launch_score<Pass::kRescore>(p, rows, w, kFilterMinGroupsPerBlock, stream);
 }
 

@@ -14,6 +14,8 @@
 //              this: emit_every_token writes all of its tokens out directly.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "kernels/common/radix_select.cuh"
 #include "kernels/common/smem.cuh"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
@@ -86,10 +88,10 @@ struct SelectSmem {
 // Bitmap words for a row of `keys` keys: whole 64-key spans, so that a page's keys (4 to 64 of
 // them, a power of two) never straddle the bitmap's end.
 __host__ __device__ constexpr int bitmap_words(int keys) { return 2 * ((keys + 63) / 64); }
-constexpr uint32_t smem_bytes(int keys) {
+constexpr uint32_t select_bytes(int keys) {
   return sizeof(SelectSmem) + bitmap_words(keys) * sizeof(uint32_t);
 }
-constexpr uint32_t kMostSmemBytes = smem_bytes(kMaxKeys);
+constexpr uint32_t kMostSmemBytes = select_bytes(kMaxKeys);
 static_assert(kMostSmemBytes <= kV100SmemBytes, "a V100 block holds at most 96 KB");
 
 // Where the candidates' positions are: the row's slots in the workspace, or none in a keep-all
@@ -159,6 +161,21 @@ __device__ Cut find_cut(int n, Radix r, int level, bool counted, SelectSmem &s) 
   }
 }
 
+// Marks the first `need` of positions 0 .. n-1 for which is_tie(i) holds (ties go low): a block
+// scan over the positions, a warp's 32 aligned ones a bitmap word.
+template <class IsTie>
+__device__ void take_first_ties(int n, int need, IsTie is_tie, SelectSmem &s) {
+  int taken = 0;
+  for (int base = 0; base < n && taken < need; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const bool tie = i < n && is_tie(i);
+    int total;
+    const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
+    mark_word(tie && rank < need, i, s);
+    taken += total;
+  }
+}
+
 // Candidates equal to the cut's key, in no order: the `need` lowest positions win. Where slot i
 // holds position i (pos NULL: a keep-all call), those are the first `need` ties in slot order.
 // Otherwise positions are unique, so rewriting each tie's key as its inverted position and
@@ -166,16 +183,8 @@ __device__ Cut find_cut(int n, Radix r, int level, bool counted, SelectSmem &s) 
 __device__ void take_candidate_ties(int n, uint32_t key, int need, const int32_t *pos,
                                     SelectSmem &s) {
   if (pos == nullptr) {
-    int taken = 0;
-    for (int base = 0; base < n && taken < need; base += kThreads) {
-      const int i = base + threadIdx.x;
-      const bool tie = i < n && s.cand_key[i] == key;
-      int total;
-      const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
-      mark_word(tie && rank < need, i, s);
-      taken += total;
-    }
-    return;
+    return take_first_ties(
+        n, need, [&](int i) { return s.cand_key[i] == key; }, s);
   }
   for (int i = threadIdx.x; i < n; i += kThreads) {
     s.cand_key[i] = s.cand_key[i] == key ? ~(uint32_t)candidate_position(pos, i) : 0u;
@@ -250,21 +259,8 @@ __device__ void stored_pass(const StoredRow &row, const Radix r, int width, bool
   __syncthreads();
 }
 
-// The first `need` positions whose key equals the full prefix (ties go low).
-__device__ void take_stored_ties(const StoredRow &row, const Radix full, SelectSmem &s) {
-  int taken = 0;
-  for (int base = 0; base < row.len && taken < full.need; base += kThreads) {
-    const int i = base + threadIdx.x;
-    const bool tie = i < row.len && row.key(i) == full.prefix;
-    int total;
-    const int rank = taken + block_exclusive_scan<kThreads>(tie, s.radix.scan, &total);
-    mark_word(tie && rank < full.need, i, s);
-    taken += total;
-  }
-}
-
 // Each radix level reads the row's stored scores once: two passes when the bin holding the K-th
-// key is small (the common case), at most five (every score a tie).
+// key is small (the common case), at most six (every score a tie: four levels and the ties).
 __device__ void select_stored(const Params &p, const StoredRow &row, SelectSmem &s) {
   Radix r{0u, 0, topk_keys(p)};
   if (threadIdx.x == 0) s.cand_count = 0;
@@ -283,7 +279,10 @@ __device__ void select_stored(const Params &p, const StoredRow &row, SelectSmem 
     const bool last = next.consumed == 32;
     const bool collect = !last && in_bin <= (uint32_t)kStoredCandidates;
     stored_pass(row, r, width, collect, last ? 0 : radix_bits(level + 1), s);
-    if (last) return take_stored_ties(row, next, s);
+    if (last) {  // the first next.need positions whose key equals the full prefix
+      return take_first_ties(
+          row.len, next.need, [&](int i) { return row.key(i) == next.prefix; }, s);
+    }
     if (collect) {
       const Cut cut = find_cut((int)in_bin, next, level + 1, false, s);
       return take_cut((int)in_bin, cut, stored_positions(s), s);
@@ -303,14 +302,14 @@ __device__ __forceinline__ int run_end(int n) {
   return min((threadIdx.x + 1) * ((n + kThreads - 1) / kThreads), n);
 }
 
-// A row: its tokens L and complete groups G = floor(L / c).
-struct RowSet {
+// A row to emit: its index, its tokens L and its complete groups G = floor(L / c).
+struct RowExtent {
   int t;       // the row
   int tokens;  // L
   int keys;    // G
 };
 
-__device__ void emit_topk_idx(const Params &p, const RowSet &row, SelectSmem &s) {
+__device__ void emit_topk_idx(const Params &p, const RowExtent &row, SelectSmem &s) {
   int32_t *out = p.topk_idx + (int64_t)row.t * p.topk_idx_stride;
   const int words = bitmap_words(row.keys), c = p.ratio;
   const int w0 = run_begin(words), w1 = run_end(words);
@@ -342,7 +341,7 @@ __device__ __forceinline__ uint64_t token_mask(uint64_t bits, int c) {
 
 // Token mask of page `page`: its selected groups' tokens, and the tail tokens when it holds
 // them (the tail lies in one page: P is a multiple of c).
-__device__ uint64_t page_mask(const Params &p, const RowSet &row, int page,
+__device__ uint64_t page_mask(const Params &p, const RowExtent &row, int page,
                               const uint32_t *bitmap) {
   const int c = p.ratio, kpp = keys_per_page(p), key0 = page * kpp;
   uint64_t keys = 0;
@@ -359,7 +358,7 @@ __device__ uint64_t page_mask(const Params &p, const RowSet &row, int page,
   return mask;
 }
 
-__device__ void emit_pages(const Params &p, const RowSet &row, SelectSmem &s) {
+__device__ void emit_pages(const Params &p, const RowExtent &row, SelectSmem &s) {
   int32_t *blocks = p.sel_blocks + (int64_t)row.t * p.sel_blocks_stride;
   uint64_t *masks = p.sel_mask + (int64_t)row.t * p.sel_mask_stride;
   const int pages = (row.tokens + p.page_size - 1) / p.page_size;
@@ -385,7 +384,7 @@ __device__ void emit_pages(const Params &p, const RowSet &row, SelectSmem &s) {
 
 // A row of at most K keys takes every group and the tail: all of its L tokens, every page whole
 // but the last.
-__device__ void emit_every_token(const Params &p, const RowSet &row) {
+__device__ void emit_every_token(const Params &p, const RowExtent &row) {
   int32_t *out = p.topk_idx + (int64_t)row.t * p.topk_idx_stride;
   for (int i = threadIdx.x; p.topk_idx != nullptr && i < p.topk + p.ratio - 1; i += kThreads) {
     out[i] = i < row.tokens ? i : -1;
@@ -471,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   const int t = rows.begin + blockIdx.x, r = t - rows.c0, request = row_request(p, t);
   const int tokens = request < 0 ? 0 : row_tokens(p, request, t);
-  const RowSet row{t, tokens, tokens / p.ratio};
+  const RowExtent row{t, tokens, tokens / p.ratio};
   if (row.keys <= topk_keys(p)) {
     if (kept) emit_every_token(p, row);
     return;
@@ -491,27 +490,24 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
+void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, uint32_t smem_optin,
+                      cudaStream_t stream) {
   if (call_keeps_all(p)) return;  // no row has a threshold, and the select knows count = G
-  // The opt-in is the most any call needs, as the select's (launch_select says why).
-  allow_dynamic_smem(qsa_index_threshold, threshold_bytes(kMaxKeys));
-  const uint32_t bytes = threshold_bytes(max_keys(p));
-  qsa_index_threshold<<<rows.end - rows.begin, kThreads, bytes, stream>>>(
+  allow_dynamic_smem(qsa_index_threshold, std::min(threshold_bytes(kMaxKeys), smem_optin));
+  qsa_index_threshold<<<rows.end - rows.begin, kThreads, threshold_bytes(max_keys(p)), stream>>>(
       p, rows.c0, w, sample_rank(topk_keys(p)));
 }
 
 void launch_select(const Params &p, const Rows &rows, const Workspace &w, Selecting which,
-                   cudaStream_t stream) {
-  const uint32_t bytes = smem_bytes(max_keys(p));
-  // The opt-in is the kernel's, shared by every host thread's launches: always the most any call
-  // needs, so that no thread lowers it under another's launch.
-  allow_dynamic_smem(qsa_index_select, kMostSmemBytes);
+                   uint32_t smem_optin, cudaStream_t stream) {
+  allow_dynamic_smem(qsa_index_select, std::min(kMostSmemBytes, smem_optin));
   prefer_max_carveout(qsa_index_select);  // two blocks per V100 SM up to about 55K keys
-  qsa_index_select<<<rows.end - rows.begin, kThreads, bytes, stream>>>(p, rows, w, which);
+  qsa_index_select<<<rows.end - rows.begin, kThreads, select_bytes(max_keys(p)), stream>>>(
+      p, rows, w, which);
 }
 
 uint32_t threshold_smem_bytes(int keys) { return threshold_bytes(keys); }
 
-uint32_t select_smem_bytes(int keys) { return smem_bytes(keys); }
+uint32_t select_smem_bytes(int keys) { return select_bytes(keys); }
 
 }  // namespace sm70ops::qsa_index
