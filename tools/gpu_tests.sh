@@ -2,10 +2,12 @@
 # GPU tests and benchmarks on a machine with a CUDA GPU but no Bazel (the device machine).
 #   bash tools/gpu_tests.sh pack   here: build (default config, or SM70OPS_CONFIG=sm70 for a
 #                                  V100 device machine; the default when packing on a V100) and
-#                                  copy the binaries to .device/
+#                                  copy the plugin, the C tool and the GPU tests to .device/
 #   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
 #   bash tools/gpu_tests.sh sanitize  there: the GPU tests under compute-sanitizer's memcheck,
 #                                  racecheck, initcheck and synccheck; a table of errors found
+#   bash tools/gpu_tests.sh bench [ARGS]  there: python3 -m sm70ops bench OP [ARGS] for each op
+#                                  on .device/'s plugin (needs torch); e.g. ARGS --shapes v1
 # On a GPU other than a V100 the plugin declines by design; the run sets SM70OPS_ALLOW_ARCH to
 # the device's compute capability, for validation only.
 set -uo pipefail
@@ -95,9 +97,21 @@ sanitize() {
   echo "sanitize: $errors tool runs with errors"
 }
 
+# Every op's bench (integration/python/sm70ops/bench*.py): the plugin against the host's paths,
+# with roofline floors. Exits with the last failing bench's code (2: no torch or no GPU).
+bench() {
+  use_device
+  local op code=0
+  for op in qsa_index qsa_attn nvfp4_moe; do
+    PYTHONPATH=integration/python python3 -m sm70ops bench "$op" "$@" || code=$?
+  done
+  return "$code"
+}
+
 case "${1:-}" in
   pack) pack ;;
   run) run ;;
   sanitize) sanitize ;;
-  *) echo "usage: $0 pack|run|sanitize" >&2; exit 64 ;;
+  bench) shift; bench "$@" ;;
+  *) echo "usage: $0 pack|run|sanitize|bench [ARGS]" >&2; exit 64 ;;
 esac

@@ -6,6 +6,7 @@
 #include "integration/cli/table.h"
 
 typedef struct check_options {
+  const model_table *model;   /* the shapes and the plan (models.txt) */
   int32_t compute_capability; /* 0: the plugin asks CUDA */
   int32_t tp;                 /* 0: every TP size of the plan */
   int32_t page_size;          /* 0: every page size of the plan */
@@ -24,9 +25,9 @@ typedef struct tally {
   sm70ops_reason declined_reasons[kTableMaxRows];
 } tally;
 
-static int one_of(int32_t value, const int32_t *values, int32_t count) {
-  for (int32_t i = 0; i < count; ++i) {
-    if (values[i] == value) return 1;
+static int one_of(int32_t value, const model_list *list) {
+  for (int32_t i = 0; i < list->count; ++i) {
+    if (list->values[i] == value) return 1;
   }
   return 0;
 }
@@ -36,10 +37,10 @@ static int parse_value(int option, const char *text, check_options *o) {
     case 'c':
       return cli_parse_int(text, 1, 999, &o->compute_capability);
     case 't':
-      return cli_parse_int(text, 1, 1024, &o->tp) && one_of(o->tp, kModelTpSizes, kModelTpCount);
+      return cli_parse_int(text, 1, 1024, &o->tp) && one_of(o->tp, &o->model->tp_sizes);
     case 'p':
       return cli_parse_int(text, 1, 1024, &o->page_size) &&
-             one_of(o->page_size, kModelPageSizes, kModelPageCount);
+             one_of(o->page_size, &o->model->page_sizes);
     case 'd':
       return cli_parse_int(text, 0, 1023, &o->device);
   }
@@ -82,12 +83,12 @@ static const char *plan_cell(int32_t value, const char *format, int32_t divisor,
   return out;
 }
 
-static void check_one(sm70ops_host *h, const model_case *c, int32_t device, cli_table *table,
-                      tally *t) {
+static void check_one(sm70ops_host *h, const check_options *o, const model_case *c,
+                      cli_table *table, tally *t) {
   model_call call;
-  model_case_build(&call, c, device);
+  model_case_build(&call, o->model, c, o->device);
   sm70ops_decision d;
-  sm70ops_host_decide(h, c->op, &call.args, &d); /* on failure d is a decline saying why */
+  sm70ops_host_decide(h, c->op, &call.desc.args, &d); /* on failure d is a decline saying why */
   char tp[16], page[16], prefill[16];
   char workspace[32] = "-";
   if (d.accepted) cli_format_bytes(d.workspace_bytes, workspace, sizeof(workspace));
@@ -124,23 +125,23 @@ static void print_summary(const sm70ops_api *api, const tally *t) {
 }
 
 /* "1, 2, 4, 8" or one value, then `last` ("- and " joins page sizes as "16- and 64"). */
-static void print_list(const int32_t *values, int32_t count, int32_t only, const char *separator,
+static void print_list(const model_list *list, int32_t only, const char *separator,
                        const char *last) {
   if (only != 0) {
     printf("%d", only);
     return;
   }
-  for (int32_t i = 0; i < count; ++i) {
-    printf("%s%d", i == 0 ? "" : (i + 1 == count ? last : separator), values[i]);
+  for (int32_t i = 0; i < list->count; ++i) {
+    printf("%s%d", i == 0 ? "" : (i + 1 == list->count ? last : separator), list->values[i]);
   }
 }
 
 static void print_setting(const sm70ops_host *h, const check_options *o) {
   printf("plugin:  %s\n", sm70ops_host_library_path(h));
-  printf("shapes:  %s per rank at TP ", kModelQwen38FlashNext.name);
-  print_list(kModelTpSizes, kModelTpCount, o->tp, ", ", ", ");
+  printf("shapes:  %s per rank at TP ", model_shapes_of(o->model, "model")->name);
+  print_list(&o->model->tp_sizes, o->tp, ", ", ", ");
   printf("; ");
-  print_list(kModelPageSizes, kModelPageCount, o->page_size, "-, ", "- and ");
+  print_list(&o->model->page_sizes, o->page_size, "-, ", "- and ");
   printf("-token pages; the last chunk of each prompt, one request, device %d\n", o->device);
   if (o->compute_capability != 0) {
     printf("arch:    compute capability %d.%d (--cc, CUDA not asked)\n\n",
@@ -151,7 +152,8 @@ static void print_setting(const sm70ops_host *h, const check_options *o) {
 }
 
 int cli_check(const cli_globals *globals, int argc, char **argv) {
-  check_options o = {0};
+  check_options o = {.model = model_table_get()};
+  if (o.model == NULL) return kExitError;
   if (!parse_options(argc, argv, &o)) return cli_usage_error();
   /* The plugin warns at context creation about what declines every op or what a plan cannot
    * see (no device; no code in this build for the GPU, e.g. a V100 under the default build):
@@ -162,11 +164,11 @@ int cli_check(const cli_globals *globals, int argc, char **argv) {
   if (h == NULL) return kExitError;
   print_setting(h, &o);
   model_case cases[kModelMaxCases];
-  const int32_t count = model_plan(o.tp, o.page_size, cases);
+  const int32_t count = model_plan(o.model, o.tp, o.page_size, cases);
   static cli_table table; /* 160 KB: not on the stack */
   table_init(&table, kHeader, kColumns);
   tally t = {0};
-  for (int32_t i = 0; i < count; ++i) check_one(h, &cases[i], o.device, &table, &t);
+  for (int32_t i = 0; i < count; ++i) check_one(h, &o, &cases[i], &table, &t);
   table_print(&table, stdout);
   printf("\n");
   print_summary(sm70ops_host_api(h), &t);

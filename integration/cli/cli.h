@@ -11,9 +11,8 @@
 /* Documented in the usage text (main.c). */
 enum {
   kExitOk = 0,
-  kExitError = 1,     /* the plugin could not be loaded or queried */
-  kExitCannotRun = 2, /* no CUDA GPU, or the plugin declines every op on it */
-  kExitUsage = 64,    /* bad command line (sysexits.h EX_USAGE) */
+  kExitError = 1,  /* the plugin could not be loaded or queried */
+  kExitUsage = 64, /* bad command line (sysexits.h EX_USAGE) */
 };
 
 typedef struct cli_globals {
@@ -26,7 +25,6 @@ typedef int (*cli_command_fn)(const cli_globals *globals, int argc, char **argv)
 
 int cli_info(const cli_globals *globals, int argc, char **argv);
 int cli_check(const cli_globals *globals, int argc, char **argv);
-int cli_bench(const cli_globals *globals, int argc, char **argv);
 
 /* Prints the usage text to stderr and returns kExitUsage. */
 int cli_usage_error(void);

@@ -34,14 +34,17 @@ static int print_identity(const sm70ops_host *h) {
 
 /* The arch gate runs before any shape check, so any reason but these means it let the device in. */
 static int print_arch_gate(const cli_globals *globals, int32_t device) {
+  const model_table *t = model_table_get();
+  if (t == NULL) return 0;
   sm70ops_host *h = cli_open(globals, device, 0);
   if (h == NULL) return 0;
+  const model_shape *served = model_shapes_of(t, "model");
+  const model_shape tp4 = model_shape_for(served, 4, served->page_size);
   model_call call;
   const sm70ops_op op = SM70OPS_OP_QSA_ATTN;
-  const model_shape tp4 = model_shape_for(&kModelQwen38FlashNext, 4, 64);
-  model_call_build(&call, &tp4, op, kModelPrefillLengths[0], device);
+  model_call_build(&call, &tp4, op, t->prefill_lengths.values[0], device);
   sm70ops_decision d;
-  sm70ops_host_decide(h, op, &call.args, &d);
+  sm70ops_host_decide(h, op, &call.desc.args, &d);
   const char *reason = sm70ops_host_api(h)->reason_name(d.reason);
   if (d.reason == SM70OPS_REASON_ARCH || d.reason == SM70OPS_REASON_NO_DEVICE) {
     printf("  arch gate:  declines (%s: %s)\n", reason, d.message);

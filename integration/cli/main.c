@@ -20,11 +20,9 @@ static const char kUsage[] =
     "                --tp N      only this tensor parallelism (default: all)\n"
     "                --page P    only this KV page size (default: all)\n"
     "                --device N  CUDA device ordinal (default 0)\n"
-    "  bench [OP] [--shapes model|v1]\n"
-    "              time the ops, or one of qsa_index, qsa_attn, nvfp4_moe (which also times\n"
-    "              its one-time prepare), with their roofline floors (needs a CUDA GPU);\n"
-    "              --shapes v1: contract version 1's shapes instead of the model's (qsa_index:\n"
-    "              a key per token, per-head weights)\n"
+    "\n"
+    "Benchmarks and the demo are the Python package's: python3 -m sm70ops bench|demo\n"
+    "(integration/python).\n"
     "\n"
     "global options:\n"
     "  --library PATH  the plugin to load. Default: $SM70OPS_LIBRARY, else libsm70ops.so in this\n"
@@ -36,7 +34,6 @@ static const char kUsage[] =
     "exit codes:\n"
     "  0   done (check: the table printed, whatever the decisions)\n"
     "  1   the plugin could not be loaded or queried\n"
-    "  2   cannot run here: no CUDA GPU, or nothing the plugin accepts to run on it\n"
     "  64  usage error\n";
 
 typedef struct command {
@@ -47,7 +44,6 @@ typedef struct command {
 static const command kCommands[] = {
     {"info", cli_info},
     {"check", cli_check},
-    {"bench", cli_bench},
 };
 
 int cli_usage_error(void) {

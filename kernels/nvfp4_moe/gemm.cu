@@ -96,8 +96,7 @@ struct Config {
   static constexpr int kFragsM = kWarpM / kFrag;
   static constexpr int kAChunks = kTileM * kTileK / 8 / kThreads;  // 16-byte A loads per thread
   // K steps of 16 unrolled in the MMA loop: all four where the registers allow it (a 64-row
-  // tile at two blocks per SM would spill, and was 13% slower at T 2048). H200, TP1, T 512 /
-  // 8192 / 32768: 0.726 / 2.423 / 8.746 -> 0.677 / 2.288 / 8.167 ms.
+  // tile at two blocks per SM would spill, and was 13% slower at T 2048); 5-7% faster on an H200.
   static constexpr int kUnrollK = kTileM == kWideTileM ? 1 : kTileK / kFrag;
   // Whether the tile runs partial N tiles (WarpShare). The 64-row tile, at its register limit,
   // does not: small_entry runs it there as two 32-row tiles.
@@ -568,6 +567,7 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
   // Epilogue (the tile entry is read back from shared memory: no register holds it across the
   // main loop)
   const WarpShare share = C::kShares ? WarpShare(s.share[warp]) : WarpShare::whole(warp % kWarpsN);
+  // split() depends on the N tile alone, so every warp of the block reaches the barriers inside.
   if (C::kShares && share.split() > 1) reduce_split_k(s, acc, share);
   if (warp % kWarpsN != share.column()) return;  // its sums went to another warp
   if (kKind == Gemm::kGateUp) {

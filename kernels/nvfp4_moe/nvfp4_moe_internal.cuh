@@ -21,10 +21,8 @@ constexpr int kMaxTopk = SM70_NVFP4_MOE_MAX_TOPK;
 
 // ---- Grouping (route.cu)
 // A sort block takes 1024 consecutive pairs: 8 warps x 4 steps of 32. That gives 80 blocks at
-// T 8192 x top-10, where 4096 pairs a block left most SMs idle (H200, prepared, ms, TP4 / TP1:
-// T 512 0.248 -> 0.231 / 0.679 -> 0.660, T 2048 0.343 -> 0.325 / 0.888 -> 0.866, T 8192 0.887
-// -> 0.869 / 2.281 -> 2.263), and at most 256 (16384 tokens x top-16), whose counts one thread
-// per expert scans (loading eight blocks' counts before storing any measured within noise).
+// T 8192 x top-10, where 4096 pairs a block left most SMs idle (2-7% slower on an H200), and at
+// most 256 (16384 tokens x top-16), whose counts one thread per expert scans.
 constexpr int kSortWarps = 8;
 constexpr int kSortSteps = 4;
 constexpr int kSortWarpPairs = kSortSteps * 32;
@@ -50,8 +48,8 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //     more than 64 remain, the last 64 or fewer in one 64- or 32-row (small) tile. A big tile
 //     decodes each weight once per 128 rows and its warps hold 64 x 64 (16 accumulators: a third
 //     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM
-//     (about 240 registers a thread on sm_70; H200, TP1, T 8192 / 32768: 2.514 -> 2.433 / 9.127
-//     -> 8.769 ms against 64-row tiles only, before the MMA loop was unrolled). Small tiles keep
+//     (about 240 registers a thread on sm_70; 3-4% faster than 64-row tiles alone on an H200
+//     at TP1). Small tiles keep
 //     two blocks per SM; a 32-row remainder in a 64-row tile would double its MMAs (at T 8192, 160
 //     rows per expert, half the experts end in one).
 //   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in

@@ -155,7 +155,9 @@ __device__ Cut find_cut(int n, Radix r, int level, bool counted, SelectSmem &s) 
     const Radix next = narrowed(r, width, s.radix);
     if (s.radix.in_bin == (uint32_t)next.need) return Cut{next.prefix << (32 - next.consumed), -1};
     if (next.consumed == 32) return Cut{next.prefix, next.need};
-    if (s.radix.in_bin == left && all_equal(n, next, s)) return Cut{s.radix.key, next.need};
+    // in_bin and left are the same in every thread, so the whole block enters all_equal's barrier.
+    const bool one_bin = s.radix.in_bin == left;
+    if (one_bin && all_equal(n, next, s)) return Cut{s.radix.key, next.need};
     left = s.radix.in_bin;
     r = next;
   }

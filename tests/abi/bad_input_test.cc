@@ -31,7 +31,7 @@ TEST_P(Abi_BadInput, NullDataRefusedByExecuteOnly) {
   for (const TensorSlot& slot : probe->slots()) {
     SCOPED_TRACE(slot.name);
     auto c = MakeCase(GetParam());
-    c->tensor(slot.name).get()->data = nullptr;
+    c->tensor(slot.name).data = nullptr;
     EXPECT_EQ(Describe(CheckCase(api(), ctx(), *c)), baseline);
     EXPECT_EQ(ExecuteCase(api(), ctx(), *c), SM70OPS_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(NamesWord(api().last_error(), slot.name)) << api().last_error();

@@ -11,45 +11,13 @@
 namespace sm70ops_test {
 namespace {
 
-DLDataType Dtype(uint8_t code, uint8_t bits) { return DLDataType{code, bits, 1}; }
-
 // 0x1000, 0x1100, ...: 256-byte aligned (the strictest alignment the ABI asks) and far below
 // vm.mmap_min_addr, so never mapped.
 constexpr uintptr_t kFakeBase = 0x1000, kFakeStep = 0x100;
 
 }  // namespace
 
-DLDataType F16() { return Dtype(kDLFloat, 16); }
-DLDataType BF16() { return Dtype(kDLBfloat, 16); }
-DLDataType F32() { return Dtype(kDLFloat, 32); }
-DLDataType I32() { return Dtype(kDLInt, 32); }
-DLDataType U8() { return Dtype(kDLUInt, 8); }
-DLDataType U64() { return Dtype(kDLUInt, 64); }
-
-Tensor::Tensor(DLDataType dtype, std::vector<int64_t> shape, void* data) {
-  for (size_t d = 0; d < shape.size(); ++d) shape_[d] = shape[d];
-  t_.data = data;
-  t_.device = DLDevice{kDLCUDA, 0};
-  t_.ndim = static_cast<int32_t>(shape.size());
-  t_.dtype = dtype;
-  t_.shape = shape_.data();
-  t_.strides = strides_.data();
-  DenseStrides();
-}
-
-void Tensor::Resize(int d, int64_t size) {
-  shape_[d] = size;
-  DenseStrides();
-}
-
-// As PyTorch does, an empty dimension counts as 1, so strides stay positive.
-void Tensor::DenseStrides() {
-  int64_t stride = 1;
-  for (int d = t_.ndim - 1; d >= 0; --d) {
-    strides_[d] = stride;
-    stride *= std::max<int64_t>(shape_[d], 1);
-  }
-}
+DLDataType BF16() { return DLDataType{kDLBfloat, 16, 1}; }
 
 TensorSlot& OpCase::slot(const std::string& name) {
   for (TensorSlot& slot : slots_) {
@@ -59,126 +27,95 @@ TensorSlot& OpCase::slot(const std::string& name) {
   std::abort();  // A typo in a test table, not a plugin failure.
 }
 
-Tensor* OpCase::Add(const char* name, const DLTensor** field, DLDataType dtype,
-                    std::vector<int64_t> shape, bool model_dtype, bool optional) {
-  void* data = reinterpret_cast<void*>(kFakeBase + kFakeStep * owned_.size());
-  owned_.push_back(std::make_unique<Tensor>(dtype, std::move(shape), data));
-  *field = owned_.back()->get();
-  slots_.push_back({name, owned_.back().get(), field, optional, model_dtype});
-  return owned_.back().get();
+// fp16 tensors are the model's data (activations, caches), whose dtype a fast path may lack; every
+// other tensor's dtype is fixed by the ABI.
+void OpCase::AddSlots(const std::vector<std::string>& optional) {
+  for (int32_t i = 0; i < call_.tensor_count; ++i) {
+    sm70ops_desc_tensor* t = &call_.tensors[i];
+    t->tensor.data = reinterpret_cast<void*>(kFakeBase + kFakeStep * i);
+    const bool is_optional = std::find(optional.begin(), optional.end(), t->name) != optional.end();
+    const DLDataType dtype = t->tensor.dtype;
+    const bool is_f16 = dtype.code == kDLFloat && dtype.bits == 16;
+    slots_.push_back({t->name, t, is_optional, is_f16});
+  }
 }
 
 namespace {
 
-// Builders of the argument groups several ops share.
-class CaseBuilder : public OpCase {
- protected:
-  using OpCase::OpCase;
-  // The varlen metadata of both QSA ops: R requests of kSeqLen tokens each.
-  template <typename Args>
-  void Varlen(Args& a) {
-    a.max_seq_len = kSeqLen;
-    a.max_query_len = kSeqLen;
-    Add("query_start_loc", &a.query_start_loc, I32(), {kRequests + 1}, false);
-    Add("seq_lens", &a.seq_lens, I32(), {kRequests}, false);
-    Add("block_table", &a.block_table, I32(), {kRequests, kMaxPages}, false);
+// The varlen batch of both QSA ops: R requests of kSeqLen tokens each.
+sm70ops_desc_batch Batch() {
+  sm70ops_desc_batch b{};
+  b.rows = kRows;
+  b.requests = kRequests;
+  b.max_pages = kMaxPages;
+  b.cache_pages = kNumPages;
+  b.page_size = kPageSize;
+  b.selected_pages = kSelBlocks;
+  b.max_seq_len = kSeqLen;
+  b.max_query_len = kSeqLen;
+  return b;
+}
+
+sm70ops_desc_experts Experts() { return {kExperts, kHidden, kInter}; }
+
+// c = kRatio (the model), or c = 1 at the 1.0 size (a 1.0 host). The model's indexer has no head
+// weights; the descriptor gives them so that their checks are exercised (NULL is valid from 1.1).
+// topk_idx is optional because the sel_* triple is also given.
+std::unique_ptr<OpCase> QsaIndexCase(bool abi_1_0) {
+  auto c = std::make_unique<OpCase>("qsa_index", SM70OPS_ROUTE_QSA_INDEX_WMMA);
+  sm70ops_desc_qsa_index_sizes s{};
+  s.batch = Batch();
+  s.heads = 4, s.dim = 128, s.topk = kTopk;
+  s.compress_ratio = abi_1_0 ? 1 : kRatio;
+  s.with_weights = s.with_topk_idx = s.with_selection = 1;
+  sm70ops_desc_qsa_index(&c->call(), &s, 0);
+  if (abi_1_0) {
+    c->As<sm70ops_qsa_index_args>().struct_size = SM70OPS_QSA_INDEX_ARGS_SIZE_1_0;
+    c->As<sm70ops_qsa_index_args>().compress_ratio = 0;
+    c->AddSlots({"topk_idx"});
+  } else {
+    c->AddSlots({"weights", "topk_idx"});
   }
-  void Weights(sm70ops_nvfp4_weights& w) {
-    w.struct_size = sizeof(w);
-    const int64_t e = kExperts, h = kHidden, i = kInter;
-    Add("w13", &w.w13, U8(), {e, 2 * i, h / 2}, false);
-    Add("w13_scale", &w.w13_scale, U8(), {e, 2 * i, h / 16}, false);
-    Add("w13_scale_2", &w.w13_scale_2, F32(), {e, 2}, false);
-    Add("w2", &w.w2, U8(), {e, h, i / 2}, false);
-    Add("w2_scale", &w.w2_scale, U8(), {e, h, i / 16}, false);
-    Add("w2_scale_2", &w.w2_scale_2, F32(), {e}, false);
-  }
-};
+  return c;
+}
 
-class QsaIndexCase : public CaseBuilder {
- public:
-  // c = kRatio (the model), or c = 1 at the 1.0 size (a 1.0 host). The model's indexer has no
-  // head weights; the descriptor gives them so that their checks are exercised (NULL is valid).
-  explicit QsaIndexCase(bool abi_1_0)
-      : CaseBuilder(SM70OPS_OP_QSA_INDEX, "qsa_index", SM70OPS_ROUTE_QSA_INDEX_WMMA, &a_) {
-    const int64_t ratio = abi_1_0 ? 1 : kRatio;
-    a_.struct_size = abi_1_0 ? SM70OPS_QSA_INDEX_ARGS_SIZE_1_0 : sizeof(a_);
-    a_.topk = kTopk;
-    a_.compress_ratio = abi_1_0 ? 0 : static_cast<int32_t>(ratio);
-    Add("q", &a_.q, F16(), {kRows, 4, 128}, true);
-    Add("weights", &a_.weights, F32(), {kRows, 4}, false, !abi_1_0);
-    Add("k_index", &a_.k_index, F16(), {kNumPages, kPageSize / ratio, 128}, true);
-    Varlen(a_);
-    // topk_idx is optional because the sel_* triple is also given.
-    Add("topk_idx", &a_.topk_idx, I32(), {kRows, kTopk + ratio - 1}, false, true);
-    Add("sel_blocks", &a_.sel_blocks, I32(), {kRows, kSelBlocks}, false);
-    Add("sel_mask", &a_.sel_mask, U64(), {kRows, kSelBlocks}, false);
-    Add("sel_count", &a_.sel_count, I32(), {kRows}, false);
-  }
+// A 1.0 host's struct ends before `gate`.
+std::unique_ptr<OpCase> QsaAttnCase(bool abi_1_0) {
+  auto c = std::make_unique<OpCase>("qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA);
+  sm70ops_desc_qsa_attn_sizes s{};
+  s.batch = Batch();
+  s.q_heads = kHeadsQ, s.kv_heads = kHeadsKv, s.head_dim = kHeadDim;
+  s.sm_scale = 0.0625f;  // 1/sqrt(256)
+  s.with_lse = 1;
+  s.with_gate = !abi_1_0;
+  sm70ops_desc_qsa_attn(&c->call(), &s, 0);
+  if (abi_1_0) c->As<sm70ops_qsa_attn_args>().struct_size = SM70OPS_QSA_ATTN_ARGS_SIZE_1_0;
+  c->AddSlots({"lse", "gate"});
+  return c;
+}
 
- private:
-  sm70ops_qsa_index_args a_{};
-};
+std::unique_ptr<OpCase> MoeCase() {
+  auto c = std::make_unique<OpCase>("nvfp4_moe", SM70OPS_ROUTE_NVFP4_MOE_WMMA);
+  sm70ops_desc_nvfp4_moe_sizes s{};
+  s.experts = Experts();
+  s.rows = kRows, s.topk = kExpertTopk;
+  sm70ops_desc_nvfp4_moe(&c->call(), &s, 0);
+  c->AddSlots({});
+  return c;
+}
 
-class QsaAttnCase : public CaseBuilder {
- public:
-  explicit QsaAttnCase(bool abi_1_0)
-      : CaseBuilder(SM70OPS_OP_QSA_ATTN, "qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA, &a_) {
-    a_.struct_size = abi_1_0 ? SM70OPS_QSA_ATTN_ARGS_SIZE_1_0 : sizeof(a_);
-    a_.sm_scale = 0.0625f;  // 1/sqrt(256)
-    Add("q", &a_.q, F16(), {kRows, kHeadsQ, kHeadDim}, true);
-    Add("k_cache", &a_.k_cache, F16(), {kNumPages, kPageSize, kHeadsKv, kHeadDim}, true);
-    Add("v_cache", &a_.v_cache, F16(), {kNumPages, kPageSize, kHeadsKv, kHeadDim}, true);
-    Varlen(a_);
-    Add("sel_blocks", &a_.sel_blocks, I32(), {kRows, kSelBlocks}, false);
-    Add("sel_mask", &a_.sel_mask, U64(), {kRows, kSelBlocks}, false);
-    Add("sel_count", &a_.sel_count, I32(), {kRows}, false);
-    Add("out", &a_.out, F16(), {kRows, kHeadsQ, kHeadDim}, true);
-    Add("lse", &a_.lse, F32(), {kRows, kHeadsQ}, false, true);
-    if (!abi_1_0) Add("gate", &a_.gate, F16(), {kRows, kHeadsQ, kHeadDim}, true, true);
-  }
-
- private:
-  sm70ops_qsa_attn_args a_{};
-};
-
-class MoeCase : public CaseBuilder {
- public:
-  MoeCase() : CaseBuilder(SM70OPS_OP_NVFP4_MOE, "nvfp4_moe", SM70OPS_ROUTE_NVFP4_MOE_WMMA, &a_) {
-    a_.struct_size = sizeof(a_);
-    Add("x", &a_.x, F16(), {kRows, kHidden}, true);
-    Add("topk_ids", &a_.topk_ids, I32(), {kRows, kExpertTopk}, false);
-    Add("topk_weights", &a_.topk_weights, F32(), {kRows, kExpertTopk}, false);
-    Weights(w_);
-    a_.weights = &w_;
-    Add("out", &a_.out, F16(), {kRows, kHidden}, true);
-  }
-
- private:
-  sm70ops_nvfp4_moe_args a_{};
-  sm70ops_nvfp4_weights w_{};
-};
-
-class PrepareCase : public CaseBuilder {
- public:
-  PrepareCase()
-      : CaseBuilder(SM70OPS_OP_NVFP4_MOE_PREPARE, "nvfp4_moe_prepare",
-                    SM70OPS_ROUTE_NVFP4_MOE_PREPARE, &a_) {
-    a_.struct_size = sizeof(a_);
-    Weights(w_);
-    a_.weights = &w_;
-    // As many bytes as the checkpoint tensors, plus each expert's three fp32 scale_2 (16 bytes
-    // with padding): a plausible repacked size.
-    const int64_t bytes =
-        kExperts * (2 * kInter * kHidden * 9 / 16 + kHidden * kInter * 9 / 16 + 16);
-    // Optional to check(), which a host asks for output_bytes before allocating the buffer.
-    Add("prepared", &a_.prepared, U8(), {bytes}, false, true);
-  }
-
- private:
-  sm70ops_nvfp4_moe_prepare_args a_{};
-  sm70ops_nvfp4_weights w_{};
-};
+// `prepared` is optional to check(), which a host asks for output_bytes before allocating it.
+std::unique_ptr<OpCase> PrepareCase() {
+  auto c = std::make_unique<OpCase>("nvfp4_moe_prepare", SM70OPS_ROUTE_NVFP4_MOE_PREPARE);
+  sm70ops_desc_nvfp4_moe_prepare_sizes s{};
+  s.experts = Experts();
+  // As many bytes as the checkpoint tensors, plus each expert's three fp32 scale_2 (16 bytes
+  // with padding): a plausible repacked size.
+  s.prepared_bytes = kExperts * (2 * kInter * kHidden * 9 / 16 + kHidden * kInter * 9 / 16 + 16);
+  sm70ops_desc_nvfp4_moe_prepare(&c->call(), &s, 0);
+  c->AddSlots({"prepared"});
+  return c;
+}
 
 // ---- Generic classes: one breakage of one tensor, applied to every slot it makes sense for. ----
 
@@ -194,11 +131,11 @@ bool Required(const TensorSlot& s) { return !s.optional; }
 bool Metadata(const TensorSlot& s) { return !s.model_dtype; }
 // The stride of a size-1 dimension is meaningless, so the plugin may ignore it.
 bool WideInnermost(const TensorSlot& s) {
-  const DLTensor* t = s.tensor->get();
-  return t->shape[t->ndim - 1] > 1;
+  const DLTensor& t = s.desc->tensor;
+  return t.shape[t.ndim - 1] > 1;
 }
-bool HasOuterDim(const TensorSlot& s) { return s.tensor->get()->ndim >= 2; }
-DLTensor& T(TensorSlot& s) { return *s.tensor->get(); }
+bool HasOuterDim(const TensorSlot& s) { return s.desc->tensor.ndim >= 2; }
+DLTensor& T(TensorSlot& s) { return s.desc->tensor; }
 
 // Each size and stride is in range, but their product, (2^31 - 2) * 2^40, wraps int64: a check
 // that multiplies without care sees a small extent.
@@ -208,7 +145,7 @@ void WrapExtent(TensorSlot& s) {
 }
 
 const TensorClass kTensorClasses[] = {
-    {"null_pointer", Required, [](TensorSlot& s) { *s.field = nullptr; }},
+    {"null_pointer", Required, [](TensorSlot& s) { *s.desc->field = nullptr; }},
     {"null_strides", Always, [](TensorSlot& s) { T(s).strides = nullptr; }},
     {"null_shape", Always, [](TensorSlot& s) { T(s).shape = nullptr; }},
     {"wrong_dtype", Metadata,
@@ -353,13 +290,13 @@ namespace {
 std::unique_ptr<OpCase> MakeCaseOf(sm70ops_op op, bool abi_1_0) {
   switch (op) {
     case SM70OPS_OP_QSA_INDEX:
-      return std::make_unique<QsaIndexCase>(abi_1_0);
+      return QsaIndexCase(abi_1_0);
     case SM70OPS_OP_QSA_ATTN:
-      return std::make_unique<QsaAttnCase>(abi_1_0);
+      return QsaAttnCase(abi_1_0);
     case SM70OPS_OP_NVFP4_MOE:
-      return std::make_unique<MoeCase>();
+      return MoeCase();
     case SM70OPS_OP_NVFP4_MOE_PREPARE:
-      return std::make_unique<PrepareCase>();
+      return PrepareCase();
     default:
       std::abort();
   }
@@ -387,12 +324,12 @@ sm70ops_status ExecuteCase(const sm70ops_api& api, const sm70ops_context* ctx, c
 
 std::function<void(OpCase&)> Resize(std::vector<std::string> tensors, int dim, int64_t size) {
   return [tensors, dim, size](OpCase& c) {
-    for (const std::string& name : tensors) c.tensor(name).Resize(dim, size);
+    for (const std::string& name : tensors) sm70ops_desc_resize(c.slot(name).desc, dim, size);
   };
 }
 
 std::function<void(OpCase&)> SetDtype(std::string tensor, DLDataType dtype) {
-  return [tensor, dtype](OpCase& c) { c.tensor(tensor).get()->dtype = dtype; };
+  return [tensor, dtype](OpCase& c) { c.tensor(tensor).dtype = dtype; };
 }
 
 std::vector<Breakage> BadInputs(sm70ops_op op) {

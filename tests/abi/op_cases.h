@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "abi/sm70ops.h"
+#include "integration/host/sm70ops_desc.h"
 
 namespace sm70ops_test {
 
@@ -31,73 +32,46 @@ inline constexpr int64_t kSelBlocks = 64;                 // NB = min(B / c + 1,
 inline constexpr int64_t kHeadsQ = 6, kHeadsKv = 1, kHeadDim = 256;
 inline constexpr int64_t kExperts = 512, kExpertTopk = 10, kHidden = 2560, kInter = 160;
 
-DLDataType F16();
-DLDataType BF16();
-DLDataType F32();
-DLDataType I32();
-DLDataType U8();
-DLDataType U64();
+DLDataType BF16();  // a float type no fast path takes
 
-// An owned DLTensor: dense row-major strides, CUDA device 0, a fake data pointer. Shape and stride
-// storage has one spare entry so a test can raise ndim without the plugin reading past it.
-class Tensor {
- public:
-  Tensor(DLDataType dtype, std::vector<int64_t> shape, void* data);
-  Tensor(const Tensor&) = delete;
-  Tensor& operator=(const Tensor&) = delete;
-
-  DLTensor* get() { return &t_; }
-  // Sets dim `d` and recomputes dense strides, so only the shape relation is broken.
-  void Resize(int d, int64_t size);
-
- private:
-  void DenseStrides();
-  std::array<int64_t, 5> shape_{1, 1, 1, 1, 1};
-  std::array<int64_t, 5> strides_{1, 1, 1, 1, 1};
-  DLTensor t_{};
-};
-
-// A tensor argument: where the args struct points at it, and whether NULL or another dtype is a
-// legal (optional) or a "unsupported, not invalid" (model data) answer.
+// A tensor argument: its descriptor (and the args field that points at it), and whether NULL or
+// another dtype is a legal (optional) or a "unsupported, not invalid" (model data) answer.
 struct TensorSlot {
   std::string name;
-  Tensor* tensor;
-  const DLTensor** field;
+  sm70ops_desc_tensor* desc;
   bool optional;     // NULL is valid in this descriptor
   bool model_dtype;  // another dtype declines UNSUPPORTED_DTYPE instead of INVALID_ARGUMENT
 };
 
-// A valid descriptor of one op; derived classes own the tensors and the args struct.
+// A valid descriptor of one op (integration/host/sm70ops_desc.h): dense strides, CUDA device 0,
+// a fake data pointer per tensor. It points into itself, so it lives behind a unique_ptr.
 class OpCase {
  public:
-  virtual ~OpCase() = default;
-  sm70ops_op op() const { return op_; }
+  OpCase(const char* name, sm70ops_route route) : name_(name), route_(route) {}
+  OpCase(const OpCase&) = delete;
+  OpCase& operator=(const OpCase&) = delete;
+  sm70ops_op op() const { return call_.op; }
   const char* name() const { return name_; }
   sm70ops_route route() const { return route_; }
-  uint32_t args_size() const { return *static_cast<const uint32_t*>(args_); }
-  const void* args() const { return args_; }
+  uint32_t args_size() const { return *static_cast<const uint32_t*>(args()); }
+  const void* args() const { return &call_.args; }
   template <typename T>
   T& As() {
-    return *static_cast<T*>(args_);
+    return *reinterpret_cast<T*>(&call_.args);
   }
+  sm70ops_desc_call& call() { return call_; }
+  // Gives each tensor of the built call the next fake address and a slot; the `optional` ones
+  // may be NULL.
+  void AddSlots(const std::vector<std::string>& optional);
   std::vector<TensorSlot>& slots() { return slots_; }
   // Aborts the test binary on an unknown name: that is a typo in a test table.
   TensorSlot& slot(const std::string& name);
-  Tensor& tensor(const std::string& name) { return *slot(name).tensor; }
-
- protected:
-  OpCase(sm70ops_op op, const char* name, sm70ops_route route, void* args)
-      : op_(op), name_(name), route_(route), args_(args) {}
-  // Makes a tensor with the next fake address and registers its slot.
-  Tensor* Add(const char* name, const DLTensor** field, DLDataType dtype,
-              std::vector<int64_t> shape, bool model_dtype, bool optional = false);
+  DLTensor& tensor(const std::string& name) { return slot(name).desc->tensor; }
 
  private:
-  sm70ops_op op_;
   const char* name_;
   sm70ops_route route_;
-  void* args_;
-  std::vector<std::unique_ptr<Tensor>> owned_;
+  sm70ops_desc_call call_{};
   std::vector<TensorSlot> slots_;
 };
 
@@ -139,7 +113,8 @@ std::vector<Unsupported> UnsupportedCases();
 sm70ops_decision CheckCase(const sm70ops_api& api, const sm70ops_context* ctx, const OpCase& c);
 sm70ops_status ExecuteCase(const sm70ops_api& api, const sm70ops_context* ctx, const OpCase& c);
 
-// Breakage helpers, also used directly by tests.
+// Breakage helpers, also used directly by tests. Resize keeps the strides dense, so only the
+// shape relation is broken.
 std::function<void(OpCase&)> Resize(std::vector<std::string> tensors, int dim, int64_t size);
 std::function<void(OpCase&)> SetDtype(std::string tensor, DLDataType dtype);
 

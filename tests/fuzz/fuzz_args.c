@@ -3,28 +3,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "integration/host/sm70ops_desc.h"
+
 enum { kMaxDims = 6 };
-
-/* One tensor argument of the baseline: dtype, shape, whether it is there at all. */
-typedef struct slot {
-  uint8_t code, bits;
-  int32_t ndim;
-  int64_t shape[kMaxDims];
-  int32_t present;
-} slot;
-
-static slot make_slot(uint8_t code, uint8_t bits, int32_t ndim, int64_t d0, int64_t d1, int64_t d2,
-                      int64_t d3) {
-  slot s = {.code = code, .bits = bits, .ndim = ndim, .present = 1};
-  const int64_t dims[4] = {d0, d1, d2, d3};
-  for (int32_t d = 0; d < ndim; ++d) s.shape[d] = dims[d];
-  return s;
-}
-#define F16(...) make_slot(kDLFloat, 16, __VA_ARGS__)
-#define F32(...) make_slot(kDLFloat, 32, __VA_ARGS__)
-#define I32(...) make_slot(kDLInt, 32, __VA_ARGS__)
-#define U8(...) make_slot(kDLUInt, 8, __VA_ARGS__)
-#define U64(...) make_slot(kDLUInt, 64, __VA_ARGS__)
 
 static const DLDataType kDtypes[] = {
     {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 32, 1}, {kDLFloat, 64, 1},   {kDLInt, 32, 1},
@@ -99,18 +80,20 @@ static void dense_strides(int32_t ndim, const int64_t *shape, int64_t *strides) 
   }
 }
 
-/* A baseline tensor, broken as the bytes say: a mode byte below 0x80 (or end of input) keeps what
- * is there; otherwise its low 5 bits pick a mutation and bit 6 asks for another one. */
-static const DLTensor *make_tensor(fz_reader *r, const slot *s, int32_t index) {
-  int32_t ndim = s->ndim, present = s->present, shape_null = 0, strides_null = 0;
+/* A copy of a baseline tensor, broken as the bytes say: a mode byte below 0x80 (or end of input)
+ * keeps what is there; otherwise its low 5 bits pick a mutation and bit 6 asks for another one.
+ * NULL when `present` (or a mutation) says so. */
+static const DLTensor *make_tensor(fz_reader *r, const DLTensor *base, int32_t present,
+                                   int32_t index) {
+  int32_t ndim = base->ndim, shape_null = 0, strides_null = 0;
   int64_t shape[kMaxDims] = {0}, strides[kMaxDims] = {0};
-  memcpy(shape, s->shape, sizeof(shape));
-  dense_strides(ndim, shape, strides);
+  memcpy(shape, base->shape, (size_t)ndim * sizeof(int64_t));
+  memcpy(strides, base->strides, (size_t)ndim * sizeof(int64_t));
   DLTensor t = {
       .data = (void *)fake_data(index),
-      .device = {kDLCUDA, 0},
+      .device = base->device,
       .ndim = ndim,
-      .dtype = {s->code, s->bits, 1},
+      .dtype = base->dtype,
   };
   for (int32_t round = 0; round < 8; ++round) {
     uint8_t m = fz_u8(r);
@@ -337,28 +320,72 @@ static dims model_dims(fz_reader *r) {
   return d;
 }
 
-static void varlen(const dims *d, slot *qsl, slot *lens, slot *table) {
-  *qsl = I32(1, d->requests + 1, 0, 0, 0);
-  *lens = I32(1, d->requests, 0, 0, 0);
-  *table = I32(2, d->requests, d->max_pages, 0, 0);
+static sm70ops_desc_batch batch_of(const dims *d) {
+  return (sm70ops_desc_batch){.rows = d->rows,
+                              .requests = d->requests,
+                              .max_pages = d->max_pages,
+                              .cache_pages = d->num_pages,
+                              .page_size = d->page,
+                              .selected_pages = d->sel_blocks,
+                              .max_seq_len = (int32_t)d->seq_len,
+                              .max_query_len = (int32_t)d->seq_len};
 }
 
-static int32_t next_index;
+/* A plausible size of op 4's output: the checkpoint tensors' bytes and each expert's scales. */
+static int64_t prepared_bytes(const dims *d) {
+  return d->experts * (27 * d->inter * d->hidden / 16 + 16);
+}
 
-static const DLTensor *tensor(fz_reader *r, slot s) { return make_tensor(r, &s, next_index++); }
+/* The valid descriptor of `op` at `d`'s sizes, every optional tensor given. */
+static void build_baseline(sm70ops_desc_call *call, sm70ops_op op, const dims *d) {
+  const sm70ops_desc_batch batch = batch_of(d);
+  const sm70ops_desc_experts experts = {d->experts, d->hidden, d->inter};
+  if (op == SM70OPS_OP_QSA_INDEX) {
+    const sm70ops_desc_qsa_index_sizes s = {.batch = batch,
+                                            .heads = 4,
+                                            .dim = 128,
+                                            .topk = (int32_t)d->topk,
+                                            .compress_ratio = (int32_t)d->ratio,
+                                            .with_weights = 1,
+                                            .with_topk_idx = 1,
+                                            .with_selection = 1};
+    sm70ops_desc_qsa_index(call, &s, 0);
+  } else if (op == SM70OPS_OP_QSA_ATTN) {
+    const sm70ops_desc_qsa_attn_sizes s = {.batch = batch,
+                                           .q_heads = d->heads_q,
+                                           .kv_heads = d->heads_kv,
+                                           .head_dim = d->head_dim,
+                                           .sm_scale = 1.0f / sqrtf((float)d->head_dim),
+                                           .with_lse = 1,
+                                           .with_gate = 1};
+    sm70ops_desc_qsa_attn(call, &s, 0);
+  } else if (op == SM70OPS_OP_NVFP4_MOE) {
+    const sm70ops_desc_nvfp4_moe_sizes s = {.experts = experts,
+                                            .rows = d->rows,
+                                            .topk = d->expert_topk,
+                                            .prepared_bytes = prepared_bytes(d)};
+    sm70ops_desc_nvfp4_moe(call, &s, 0);
+  } else {
+    const sm70ops_desc_nvfp4_moe_prepare_sizes s = {.experts = experts,
+                                                    .prepared_bytes = prepared_bytes(d)};
+    sm70ops_desc_nvfp4_moe_prepare(call, &s, 0);
+  }
+}
 
-static const sm70ops_nvfp4_weights *weights(fz_reader *r, const dims *d) {
-  const int64_t e = d->experts, h = d->hidden, i = d->inter;
-  sm70ops_nvfp4_weights w = {.struct_size = sizeof(w)};
-  w.w13 = tensor(r, U8(3, e, 2 * i, h / 2, 0));
-  w.w13_scale = tensor(r, U8(3, e, 2 * i, h / 16, 0));
-  w.w13_scale_2 = tensor(r, F32(2, e, 2, 0, 0));
-  w.w2 = tensor(r, U8(3, e, h, i / 2, 0));
-  w.w2_scale = tensor(r, U8(3, e, h, i / 16, 0));
-  w.w2_scale_2 = tensor(r, F32(1, e, 0, 0, 0));
-  w.reserved0 = (uint32_t)mut_i32(r, 0);
+/* Every tensor of the call replaced by a broken copy in the arena; op 3's baseline has no
+ * `prepared` (checkpoint weights), which a mutation may add. */
+static void break_tensors(fz_reader *r, sm70ops_desc_call *call) {
+  for (int32_t i = 0; i < call->tensor_count; ++i) {
+    const sm70ops_desc_tensor *t = &call->tensors[i];
+    const int32_t present = call->op != SM70OPS_OP_NVFP4_MOE || strcmp(t->name, "prepared") != 0;
+    *t->field = make_tensor(r, &t->tensor, present, i);
+  }
+}
+
+static const sm70ops_nvfp4_weights *break_weights(fz_reader *r, sm70ops_nvfp4_weights *w) {
+  w->reserved0 = (uint32_t)mut_i32(r, 0);
   uint32_t claim;
-  return sized_copy(r, &w, sizeof(w), &claim);
+  return sized_copy(r, w, sizeof(*w), &claim);
 }
 
 uint32_t fz_args_size_1_0(sm70ops_op op) {
@@ -387,78 +414,47 @@ uint32_t fz_args_size(sm70ops_op op) {
   }
 }
 
-fz_args fz_build_args(fz_reader *r, sm70ops_op op) {
-  next_index = 0;
-  dims d = model_dims(r);
-  slot qsl, lens, table;
-  varlen(&d, &qsl, &lens, &table);
-  fz_args out = {.true_size = fz_args_size(op)};
-  switch (op) {
+/* The scalars, then the tensors, then the weights struct, as the bytes say. */
+static void break_fields(fz_reader *r, sm70ops_desc_call *call) {
+  switch (call->op) {
     case SM70OPS_OP_QSA_INDEX: {
-      sm70ops_qsa_index_args a = {.struct_size = sizeof(a)};
-      a.topk = mut_i32(r, (int32_t)d.topk);
-      a.max_seq_len = mut_i32(r, (int32_t)d.seq_len);
-      a.max_query_len = mut_i32(r, (int32_t)d.seq_len);
-      a.max_workspace_bytes = mut_u64(r, 0);
-      a.compress_ratio = mut_i32(r, (int32_t)d.ratio);
-      a.reserved1 = (uint32_t)mut_i32(r, 0);
-      a.q = tensor(r, F16(3, d.rows, 4, 128, 0));
-      a.weights = tensor(r, F32(2, d.rows, 4, 0, 0));
-      a.k_index = tensor(r, F16(3, d.num_pages, d.page / d.ratio, 128, 0));
-      a.query_start_loc = tensor(r, qsl);
-      a.seq_lens = tensor(r, lens);
-      a.block_table = tensor(r, table);
-      a.topk_idx = tensor(r, I32(2, d.rows, d.topk + d.ratio - 1, 0, 0));
-      a.sel_blocks = tensor(r, I32(2, d.rows, d.sel_blocks, 0, 0));
-      a.sel_mask = tensor(r, U64(2, d.rows, d.sel_blocks, 0, 0));
-      a.sel_count = tensor(r, I32(1, d.rows, 0, 0, 0));
-      out.args = sized_copy(r, &a, sizeof(a), &out.struct_size);
+      sm70ops_qsa_index_args *a = &call->args.qsa_index;
+      a->topk = mut_i32(r, a->topk);
+      a->max_seq_len = mut_i32(r, a->max_seq_len);
+      a->max_query_len = mut_i32(r, a->max_query_len);
+      a->max_workspace_bytes = mut_u64(r, 0);
+      a->compress_ratio = mut_i32(r, a->compress_ratio);
+      a->reserved1 = (uint32_t)mut_i32(r, 0);
+      break_tensors(r, call);
       break;
     }
     case SM70OPS_OP_QSA_ATTN: {
-      sm70ops_qsa_attn_args a = {.struct_size = sizeof(a)};
-      a.sm_scale = mut_f32(r, 1.0f / sqrtf((float)d.head_dim));
-      a.max_seq_len = mut_i32(r, (int32_t)d.seq_len);
-      a.max_query_len = mut_i32(r, (int32_t)d.seq_len);
-      a.q = tensor(r, F16(3, d.rows, d.heads_q, d.head_dim, 0));
-      a.k_cache = tensor(r, F16(4, d.num_pages, d.page, d.heads_kv, d.head_dim));
-      a.v_cache = tensor(r, F16(4, d.num_pages, d.page, d.heads_kv, d.head_dim));
-      a.query_start_loc = tensor(r, qsl);
-      a.seq_lens = tensor(r, lens);
-      a.block_table = tensor(r, table);
-      a.sel_blocks = tensor(r, I32(2, d.rows, d.sel_blocks, 0, 0));
-      a.sel_mask = tensor(r, U64(2, d.rows, d.sel_blocks, 0, 0));
-      a.sel_count = tensor(r, I32(1, d.rows, 0, 0, 0));
-      a.out = tensor(r, F16(3, d.rows, d.heads_q, d.head_dim, 0));
-      a.lse = tensor(r, F32(2, d.rows, d.heads_q, 0, 0));
-      a.gate = tensor(r, F16(3, d.rows, d.heads_q, d.head_dim, 0));
-      out.args = sized_copy(r, &a, sizeof(a), &out.struct_size);
+      sm70ops_qsa_attn_args *a = &call->args.qsa_attn;
+      a->sm_scale = mut_f32(r, a->sm_scale);
+      a->max_seq_len = mut_i32(r, a->max_seq_len);
+      a->max_query_len = mut_i32(r, a->max_query_len);
+      break_tensors(r, call);
       break;
     }
-    case SM70OPS_OP_NVFP4_MOE: {
-      sm70ops_nvfp4_moe_args a = {.struct_size = sizeof(a)};
-      a.reserved0 = (uint32_t)mut_i32(r, 0);
-      a.x = tensor(r, F16(2, d.rows, d.hidden, 0, 0));
-      a.topk_ids = tensor(r, I32(2, d.rows, d.expert_topk, 0, 0));
-      a.topk_weights = tensor(r, F32(2, d.rows, d.expert_topk, 0, 0));
-      a.weights = weights(r, &d);
-      slot prepared = U8(1, d.experts * (27 * d.inter * d.hidden / 16 + 16), 0, 0, 0);
-      prepared.present = 0; /* baseline: checkpoint weights, no repacked buffer */
-      a.prepared = tensor(r, prepared);
-      a.out = tensor(r, F16(2, d.rows, d.hidden, 0, 0));
-      out.args = sized_copy(r, &a, sizeof(a), &out.struct_size);
+    case SM70OPS_OP_NVFP4_MOE:
+      call->args.nvfp4_moe.reserved0 = (uint32_t)mut_i32(r, 0);
+      break_tensors(r, call);
+      call->args.nvfp4_moe.weights = break_weights(r, &call->weights);
       break;
-    }
-    case SM70OPS_OP_NVFP4_MOE_PREPARE: {
-      sm70ops_nvfp4_moe_prepare_args a = {.struct_size = sizeof(a)};
-      a.reserved0 = (uint32_t)mut_i32(r, 0);
-      a.weights = weights(r, &d);
-      a.prepared = tensor(r, U8(1, d.experts * (27 * d.inter * d.hidden / 16 + 16), 0, 0, 0));
-      out.args = sized_copy(r, &a, sizeof(a), &out.struct_size);
-      break;
-    }
     default:
+      call->args.nvfp4_moe_prepare.reserved0 = (uint32_t)mut_i32(r, 0);
+      break_tensors(r, call);
+      call->args.nvfp4_moe_prepare.weights = break_weights(r, &call->weights);
       break;
   }
+}
+
+fz_args fz_build_args(fz_reader *r, sm70ops_op op) {
+  fz_args out = {.true_size = fz_args_size(op)};
+  const dims d = model_dims(r);
+  sm70ops_desc_call call;
+  build_baseline(&call, op, &d);
+  break_fields(r, &call);
+  out.args = sized_copy(r, &call.args, out.true_size, &out.struct_size);
   return out;
 }

@@ -1,7 +1,8 @@
 /* Op argument structs built from fuzz bytes, starting from valid model-shape descriptors (the TP4
- * per-rank shapes of tests/abi/op_cases.h) and breaking fields the bytes choose: struct_size,
- * scalars, and per tensor NULL, ndim -1..6 (shape/strides arrays sized to ndim), shapes, strides
- * (0, negative, huge, NULL), dtype, lanes, byte_offset, device, data pointer.
+ * per-rank shapes of tests/abi/op_cases.h, built by integration/host/sm70ops_desc.h) and breaking
+ * fields the bytes choose: struct_size, scalars, and per tensor NULL, ndim -1..6 (shape/strides
+ * arrays sized to ndim), shapes, strides (0, negative, huge, NULL), dtype, lanes, byte_offset,
+ * device, data pointer.
  *
  * Every block lives in the fuzz arena (fz_alloc) with its exact size. Data pointers are fake:
  * 256-byte aligned addresses below 64 KiB (never mapped), an offset of them, or random 64-bit

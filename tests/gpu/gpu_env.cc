@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -76,23 +77,29 @@ void DeviceBuffer::PoisonAsync(uint8_t byte, void *stream) {
   Check(cudaMemsetAsync(data_, byte, bytes_, static_cast<cudaStream_t>(stream)), "poison");
 }
 
-View::View(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
-           uint64_t byte_offset)
-    : shape_(std::move(shape)), strides_(std::move(strides)) {
-  tensor_.data = data;
-  tensor_.device = {kDLCUDA, 0};
-  tensor_.ndim = static_cast<int>(shape_.size());
-  tensor_.dtype = dtype;
-  tensor_.shape = shape_.data();
-  tensor_.strides = strides_.data();
-  tensor_.byte_offset = byte_offset;
+sm70ops_desc_batch DescBatch(const sm70ops::ref::ScatteredBatch &b, int64_t selected_pages) {
+  sm70ops_desc_batch out{};
+  out.rows = b.rows;
+  out.requests = int64_t(b.meta.seq_lens.size());
+  out.max_pages = b.meta.max_pages;
+  out.cache_pages = b.num_pages;
+  out.page_size = b.meta.page_size;
+  out.selected_pages = selected_pages;
+  out.max_seq_len = b.max_seq_len;
+  out.max_query_len = b.max_query_len;
+  return out;
 }
 
-std::vector<int64_t> DenseStrides(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * shape[d + 1];
-  return strides;
+sm70ops_desc_tensor *Bind(sm70ops_desc_call &call, const char *name, const DeviceBuffer &buffer,
+                          uint64_t byte_offset) {
+  sm70ops_desc_tensor *t = sm70ops_desc_find(&call, name);
+  if (t == nullptr) {
+    std::fprintf(stderr, "gpu_env: op %d has no tensor '%s'\n", call.op, name);
+    std::abort();
+  }
+  t->tensor.data = buffer.data();
+  t->tensor.byte_offset = byte_offset;
+  return t;
 }
 
 void Synchronize() { Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }

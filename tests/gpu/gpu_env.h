@@ -1,6 +1,6 @@
 // What the GPU tests share: the plugin opened the way an engine opens it (integration/host), the
-// device, device buffers poisoned before each run, strided inputs with poisoned padding, and
-// DLTensor views with explicit strides.
+// device, device buffers poisoned before each run, strided inputs with poisoned padding, and the
+// op descriptors (integration/host/sm70ops_desc.h) pointed at those buffers.
 // Without a CUDA device every GPU test skips with a printed reason (GTEST_SKIP).
 #ifndef SM70OPS_TESTS_GPU_GPU_ENV_H_
 #define SM70OPS_TESTS_GPU_GPU_ENV_H_
@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "integration/host/sm70ops_desc.h"
 #include "integration/host/sm70ops_host.h"
+#include "tests/ref/varlen.h"
 
 namespace sm70ops_gpu {
 
@@ -86,29 +88,13 @@ std::vector<T> Strided(const std::vector<T> &dense, int64_t rows, int64_t cols, 
   return out;
 }
 
-// A DLTensor view that owns its shape and strides (elements).
-class View {
- public:
-  View(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
-       uint64_t byte_offset = 0);
-  // tensor_ points into shape_ and strides_: a move keeps their buffers, a copy would not.
-  View(View &&) = default;
-  View &operator=(View &&) = default;
-  View(const View &) = delete;
-  View &operator=(const View &) = delete;
-  const DLTensor *get() const { return &tensor_; }
+// The batch of sm70ops_desc's QSA ops for `b`, its selection `selected_pages` wide.
+sm70ops_desc_batch DescBatch(const sm70ops::ref::ScatteredBatch &b, int64_t selected_pages);
 
- private:
-  std::vector<int64_t> shape_, strides_;
-  DLTensor tensor_;
-};
-
-std::vector<int64_t> DenseStrides(const std::vector<int64_t> &shape);
-
-constexpr DLDataType kF16{kDLFloat, 16, 1};
-constexpr DLDataType kF32{kDLFloat, 32, 1};
-constexpr DLDataType kI32{kDLInt, 32, 1};
-constexpr DLDataType kU64{kDLUInt, 64, 1};
+// Points the call's tensor `name` at `buffer` plus `byte_offset` and returns it (to make it a
+// strided view). Aborts on a name the call lacks: a typo in the test.
+sm70ops_desc_tensor *Bind(sm70ops_desc_call &call, const char *name, const DeviceBuffer &buffer,
+                          uint64_t byte_offset = 0);
 
 void Synchronize();
 

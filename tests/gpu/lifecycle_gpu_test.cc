@@ -40,6 +40,29 @@ sm70ops_host *Open(int32_t compute_capability, sm70ops_test::LogCapture *log = n
   return host;
 }
 
+// A capability query on a valid descriptor of `op` (qsa_index or qsa_attn): one request of 64
+// rows at 4096 tokens on 64-token pages, the model's TP4 heads. Returns the call's status; the
+// decision is not the point.
+sm70ops_status Query(sm70ops_host *host, sm70ops_op op) {
+  sm70ops_desc_batch b{};
+  b.rows = 64, b.requests = 1, b.max_pages = 64, b.cache_pages = 64, b.page_size = 64;
+  b.selected_pages = 64, b.max_seq_len = 4096, b.max_query_len = 64;
+  sm70ops_desc_call call;
+  if (op == SM70OPS_OP_QSA_INDEX) {
+    sm70ops_desc_qsa_index_sizes s{};
+    s.batch = b, s.heads = 4, s.dim = 128, s.topk = 2048, s.compress_ratio = 4;
+    s.with_selection = 1;
+    sm70ops_desc_qsa_index(&call, &s, 0);
+  } else {
+    sm70ops_desc_qsa_attn_sizes s{};
+    s.batch = b, s.q_heads = 6, s.kv_heads = 1, s.head_dim = 256, s.sm_scale = 0.0625f;
+    sm70ops_desc_qsa_attn(&call, &s, 0);
+  }
+  sm70ops_decision d = {};
+  d.struct_size = sizeof(d);
+  return sm70ops_host_decide(host, op, &call.args, &d);
+}
+
 enum { kChildOk = 0, kChildNoDevice = 3, kChildError = 1 };
 
 // The child: a context that asks CUDA for the device, and a device query.
@@ -56,11 +79,7 @@ int ChildUsesCuda() {
 TEST(SM70_Lifecycle, ForkAfterCapabilityQueriesThenCudaInChild) {
   sm70ops_host *host = Open(70);  // planning context: no CUDA call in this process
   ASSERT_NE(host, nullptr);
-  sm70ops_decision d = {};
-  d.struct_size = sizeof(d);
-  sm70ops_qsa_attn_args args = {};
-  args.struct_size = sizeof(args);
-  EXPECT_EQ(sm70ops_host_decide(host, SM70OPS_OP_QSA_ATTN, &args, &d), SM70OPS_OK);
+  EXPECT_EQ(Query(host, SM70OPS_OP_QSA_ATTN), SM70OPS_OK);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) _exit(ChildUsesCuda());
@@ -144,11 +163,7 @@ Footprint Measure() {
 void Cycle(int32_t compute_capability) {
   sm70ops_host *host = Open(compute_capability);
   ASSERT_NE(host, nullptr);
-  sm70ops_decision d = {};
-  d.struct_size = sizeof(d);
-  sm70ops_qsa_index_args args = {};
-  args.struct_size = sizeof(args);
-  sm70ops_host_decide(host, SM70OPS_OP_QSA_INDEX, &args, &d);
+  Query(host, SM70OPS_OP_QSA_INDEX);
   sm70ops_host_close(host);
 }
 

@@ -64,8 +64,6 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
-constexpr DLDataType kU8{kDLUInt, 8, 1};
-
 // ---- Inputs
 
 struct Inputs {
@@ -265,45 +263,31 @@ class Device {
         w2_(Uploaded(in.w.w2)),
         w2_scale_(Uploaded(in.w.w2_scale)),
         w2_scale_2_(Uploaded(in.w.w2_scale_2)) {
-    const int64_t t = c.tokens, k = c.topk, e = c.experts, h = c.hidden, i = c.inter;
-    views_.reserve(4);
-    weight_views_.reserve(6);
-    shape_views_.reserve(6);
-    views_.emplace_back(x_.data(), kF16, std::vector<int64_t>{t, h},
-                        std::vector<int64_t>{x_stride_, 1}, kOffset * 2);
-    views_.emplace_back(ids_.data(), kI32, std::vector<int64_t>{t, k},
-                        std::vector<int64_t>{k_stride_, 1});
-    views_.emplace_back(weights_.data(), kF32, std::vector<int64_t>{t, k},
-                        std::vector<int64_t>{k_stride_, 1});
-    views_.emplace_back(out_.data(), kF16, std::vector<int64_t>{t, h},
-                        std::vector<int64_t>{x_stride_, 1}, kOffset * 2);
-    AddWeight(w13_, kU8, {e, 2 * i, h / 2});
-    AddWeight(w13_scale_, kU8, {e, 2 * i, h / 16});
-    AddWeight(w13_scale_2_, kF32, {e, 2});
-    AddWeight(w2_, kU8, {e, h, i / 2});
-    AddWeight(w2_scale_, kU8, {e, h, i / 16});
-    AddWeight(w2_scale_2_, kF32, {e});
+    Describe(checkpoint_, 0);
+    BindWeights(checkpoint_);
+  }
+  Device(const Device &) = delete;  // the calls point into themselves
+  Device &operator=(const Device &) = delete;
+
+  // Op 3 on the checkpoint weights.
+  const sm70ops_nvfp4_moe_args &MoeArgs() const { return checkpoint_.args.nvfp4_moe; }
+
+  // Op 3 on op 4's output: the checkpoint tensors keep their shapes, not their data.
+  const sm70ops_nvfp4_moe_args &PreparedMoeArgs(const DeviceBuffer &prepared) {
+    Describe(prepared_, int64_t(prepared.bytes()));
+    Bind(prepared_, "prepared", prepared);
+    return prepared_.args.nvfp4_moe;
   }
 
-  // Op 3's arguments; with `prepared` the checkpoint tensors keep their shapes, not their data.
-  sm70ops_nvfp4_moe_args MoeArgs(const DLTensor *prepared, sm70ops_nvfp4_weights &w) const {
-    w = Weights(prepared == nullptr);
-    sm70ops_nvfp4_moe_args a = {};
-    a.struct_size = sizeof(a);
-    a.x = views_[0].get(), a.topk_ids = views_[1].get(), a.topk_weights = views_[2].get();
-    a.out = views_[3].get();
-    a.weights = &w;
-    a.prepared = prepared;
-    return a;
-  }
-
-  sm70ops_nvfp4_weights Weights(bool with_data) const {
-    const std::vector<View> &v = with_data ? weight_views_ : shape_views_;
-    sm70ops_nvfp4_weights w = {};
-    w.struct_size = sizeof(w);
-    w.w13 = v[0].get(), w.w13_scale = v[1].get(), w.w13_scale_2 = v[2].get();
-    w.w2 = v[3].get(), w.w2_scale = v[4].get(), w.w2_scale_2 = v[5].get();
-    return w;
+  // Op 4 from the checkpoint weights into `prepared`; NULL asks check for the size it needs.
+  const sm70ops_nvfp4_moe_prepare_args &PrepareArgs(const DeviceBuffer *prepared) {
+    sm70ops_desc_nvfp4_moe_prepare_sizes s{};
+    s.experts = {c_.experts, c_.hidden, c_.inter};
+    s.prepared_bytes = prepared ? int64_t(prepared->bytes()) : 0;
+    sm70ops_desc_nvfp4_moe_prepare(&prepare_, &s, 0);
+    BindWeights(prepare_);
+    if (prepared) Bind(prepare_, "prepared", *prepared);
+    return prepare_.args.nvfp4_moe_prepare;
   }
 
   DeviceBuffer &out() { return out_; }
@@ -322,16 +306,29 @@ class Device {
  private:
   static constexpr int64_t kOffset = 64;  // halves before row 0 of x and out: a byte_offset
 
-  void AddWeight(const DeviceBuffer &buf, DLDataType dtype, std::vector<int64_t> shape) {
-    weight_views_.emplace_back(buf.data(), dtype, shape, DenseStrides(shape));
-    shape_views_.emplace_back(nullptr, dtype, shape, DenseStrides(shape));
+  // x, the routing and out as strided views; `prepared` (op 4's output) when bytes > 0.
+  void Describe(sm70ops_desc_call &call, int64_t prepared_bytes) {
+    sm70ops_desc_nvfp4_moe_sizes s{};
+    s.experts = {c_.experts, c_.hidden, c_.inter};
+    s.rows = c_.tokens, s.topk = c_.topk, s.prepared_bytes = prepared_bytes;
+    sm70ops_desc_nvfp4_moe(&call, &s, 0);
+    sm70ops_desc_stride(Bind(call, "x", x_, kOffset * 2), 0, x_stride_);
+    sm70ops_desc_stride(Bind(call, "topk_ids", ids_), 0, k_stride_);
+    sm70ops_desc_stride(Bind(call, "topk_weights", weights_), 0, k_stride_);
+    sm70ops_desc_stride(Bind(call, "out", out_, kOffset * 2), 0, x_stride_);
+  }
+
+  void BindWeights(sm70ops_desc_call &call) {
+    Bind(call, "w13", w13_), Bind(call, "w13_scale", w13_scale_);
+    Bind(call, "w13_scale_2", w13_scale_2_), Bind(call, "w2", w2_);
+    Bind(call, "w2_scale", w2_scale_), Bind(call, "w2_scale_2", w2_scale_2_);
   }
 
   const Case &c_;
   int64_t x_stride_, k_stride_;
   DeviceBuffer x_, ids_, weights_, out_;
   DeviceBuffer w13_, w13_scale_, w13_scale_2_, w2_, w2_scale_, w2_scale_2_;
-  std::vector<View> views_, weight_views_, shape_views_;
+  sm70ops_desc_call checkpoint_, prepared_, prepare_;
 };
 
 sm70ops_decision Decide(const Plugin &plugin, sm70ops_op op, const void *args) {
@@ -343,9 +340,8 @@ sm70ops_decision Decide(const Plugin &plugin, sm70ops_op op, const void *args) {
 }
 
 // One execute of op 3 with out and a fresh workspace poisoned (NaN in fp16 and fp32).
-std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev, const DLTensor *prepared) {
-  sm70ops_nvfp4_weights w;
-  const sm70ops_nvfp4_moe_args args = dev.MoeArgs(prepared, w);
+std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev,
+                             const sm70ops_nvfp4_moe_args &args) {
   const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
   if (!d.accepted) return {};
   DeviceBuffer workspace(d.workspace_bytes);
@@ -361,28 +357,22 @@ std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev, const DLTensor *
 
 // Op 4 into a poisoned buffer, then op 3 on it.
 std::vector<uint16_t> RunPrepared(const Plugin &plugin, Device &dev) {
-  sm70ops_nvfp4_weights w = dev.Weights(true);
-  sm70ops_nvfp4_moe_prepare_args prep = {};
-  prep.struct_size = sizeof(prep);
-  prep.weights = &w;
-  const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE_PREPARE, &prep);
+  const sm70ops_decision d =
+      Decide(plugin, SM70OPS_OP_NVFP4_MOE_PREPARE, &dev.PrepareArgs(nullptr));
   if (!d.accepted) return {};
   EXPECT_GT(d.output_bytes, 0u);
   DeviceBuffer prepared(d.output_bytes);
   prepared.Poison(0xa5);
-  View view(prepared.data(), kU8, {int64_t(d.output_bytes)}, {1});
-  prep.prepared = view.get();
-  EXPECT_EQ(
-      plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE_PREPARE, &prep, nullptr, nullptr, 0),
-      SM70OPS_OK)
+  EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE_PREPARE,
+                                 &dev.PrepareArgs(&prepared), nullptr, nullptr, 0),
+            SM70OPS_OK)
       << plugin.api().last_error();
-  return RunMoe(plugin, dev, view.get());
+  return RunMoe(plugin, dev, dev.PreparedMoeArgs(prepared));
 }
 
 // The same execute captured in a CUDA graph on a non-default stream, then replayed.
 std::vector<uint16_t> RunCaptured(const Plugin &plugin, Device &dev) {
-  sm70ops_nvfp4_weights w;
-  const sm70ops_nvfp4_moe_args args = dev.MoeArgs(nullptr, w);
+  const sm70ops_nvfp4_moe_args &args = dev.MoeArgs();
   const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
   DeviceBuffer workspace(d.workspace_bytes);
   workspace.Poison(0xff);
@@ -417,9 +407,9 @@ TEST_P(SM70_Nvfp4Moe, MatchesReference) {
   const Case &c = GetParam();
   const Inputs in = MakeInputs(c, uint32_t(std::hash<std::string>{}(c.name)));
   Device dev(c, in);
-  const std::vector<uint16_t> first = RunMoe(plugin, dev, nullptr);
+  const std::vector<uint16_t> first = RunMoe(plugin, dev, dev.MoeArgs());
   ASSERT_FALSE(HasFailure());
-  const std::vector<uint16_t> second = RunMoe(plugin, dev, nullptr);
+  const std::vector<uint16_t> second = RunMoe(plugin, dev, dev.MoeArgs());
   EXPECT_TRUE(first == second) << "two runs differ";
   const std::vector<uint16_t> prepared = RunPrepared(plugin, dev);
   EXPECT_TRUE(first == prepared) << "the prepared layout gives another result";
@@ -448,9 +438,8 @@ TEST(SM70_Nvfp4MoeChecked, BadExpertIdReportedByTheNextCall) {
   unsetenv("SM70OPS_CHECKED");
   ASSERT_TRUE(plugin.error().empty()) << plugin.error();
   Device dev(c, in);
-  RunMoe(plugin, dev, nullptr);
-  sm70ops_nvfp4_weights w;
-  const sm70ops_nvfp4_moe_args args = dev.MoeArgs(nullptr, w);
+  RunMoe(plugin, dev, dev.MoeArgs());
+  const sm70ops_nvfp4_moe_args &args = dev.MoeArgs();
   const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
   DeviceBuffer workspace(d.workspace_bytes);
   EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE, &args, nullptr,

@@ -157,8 +157,6 @@ class AttnRun {
  public:
   AttnRun(const Case &c, const Inputs &in, float sm_scale)
       : T_(in.rows), Hq_(c.q_heads), D_(c.head_dim), row_(Hq_ * D_ + c.row_pad) {
-    const int64_t Hkv = c.kv_heads, R = int64_t(c.requests.size()), pages = in.num_pages;
-    const int64_t nb = in.sel.nb, P = c.page;
     q_ = Uploaded(Strided(in.q, T_, Hq_ * D_, row_, 0, kNanHalf));
     std::vector<uint16_t> kv_host(in.kv.k);  // k then v: one [2, pages, P, Hkv, D] buffer
     kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
@@ -169,40 +167,30 @@ class AttnRun {
     blocks_ = Uploaded(in.sel.blocks), masks_ = Uploaded(in.sel.masks);
     count_ = Uploaded(in.sel.count);
     o_ = DeviceBuffer(T_ * row_ * 2), lse_ = DeviceBuffer(T_ * Hq_ * 4);
-    const std::vector<int64_t> heads = {T_, Hq_, D_}, strides = {row_, D_, 1};
-    const std::vector<int64_t> kv_shape = {pages, P, Hkv, D_};
-    const uint64_t v_offset = c.fused_kv ? uint64_t(pages * P * Hkv * D_) * 2 : 0;
-    Add(q_.data(), kF16, heads, strides, &args_.q);
-    Add(c.fused_kv ? kv_.data() : k_only_.data(), kF16, kv_shape, DenseStrides(kv_shape),
-        &args_.k_cache);
-    Add(c.fused_kv ? kv_.data() : v_only_.data(), kF16, kv_shape, DenseStrides(kv_shape),
-        &args_.v_cache, v_offset);
-    Add(qsl_.data(), kI32, {R + 1}, {1}, &args_.query_start_loc);
-    Add(lens_.data(), kI32, {R}, {1}, &args_.seq_lens);
-    Add(table_.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1}, &args_.block_table);
-    Add(blocks_.data(), kI32, {T_, nb}, {nb, 1}, &args_.sel_blocks);
-    Add(masks_.data(), kU64, {T_, nb}, {nb, 1}, &args_.sel_mask);
-    Add(count_.data(), kI32, {T_}, {1}, &args_.sel_count);
-    Add(o_.data(), kF16, heads, strides, &args_.out);
-    Add(lse_.data(), kF32, {T_, Hq_}, {Hq_, 1}, &args_.lse);
-    if (!in.gate.empty()) {
-      gate_ = Uploaded(Strided(in.gate, T_, Hq_ * D_, row_, 0, kNanHalf));
-      Add(gate_.data(), kF16, heads, strides, &args_.gate);
-    }
-    args_.struct_size = sizeof(args_);
-    args_.sm_scale = sm_scale;
-    args_.max_seq_len = in.max_seq_len;
-    args_.max_query_len = in.max_query_len;
+    if (!in.gate.empty()) gate_ = Uploaded(Strided(in.gate, T_, Hq_ * D_, row_, 0, kNanHalf));
+    Describe(c, in, sm_scale);
+    const uint64_t v_offset = c.fused_kv ? in.kv.k.size() * 2 : 0;
+    Bind(call_, "k_cache", c.fused_kv ? kv_ : k_only_);
+    Bind(call_, "v_cache", c.fused_kv ? kv_ : v_only_, v_offset);
+    Bind(call_, "query_start_loc", qsl_), Bind(call_, "seq_lens", lens_);
+    Bind(call_, "block_table", table_), Bind(call_, "sel_blocks", blocks_);
+    Bind(call_, "sel_mask", masks_), Bind(call_, "sel_count", count_);
+    Bind(call_, "lse", lse_);
+    sm70ops_desc_stride(Bind(call_, "q", q_), 0, row_);
+    sm70ops_desc_stride(Bind(call_, "out", o_), 0, row_);
+    if (!in.gate.empty()) sm70ops_desc_stride(Bind(call_, "gate", gate_), 0, row_);
   }
+  AttnRun(const AttnRun &) = delete;  // call_ points into itself
+  AttnRun &operator=(const AttnRun &) = delete;
 
   // As an ABI 1.0 host sends it: the struct ends before `gate`, which the plugin must not read.
-  void AsAbi10() { args_.struct_size = SM70OPS_QSA_ATTN_ARGS_SIZE_1_0; }
+  void AsAbi10() { call_.args.qsa_attn.struct_size = SM70OPS_QSA_ATTN_ARGS_SIZE_1_0; }
 
   // check() accepts, and the (empty) workspace is allocated.
   bool Accepted(const Plugin &plugin) {
     sm70ops_decision d = {};
     d.struct_size = sizeof(d);
-    EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args_, &d), SM70OPS_OK);
+    EXPECT_EQ(plugin.api().check(plugin.ctx(), call_.op, &call_.args, &d), SM70OPS_OK);
     EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
     workspace_ = DeviceBuffer(d.workspace_bytes);
     return d.accepted;
@@ -212,8 +200,8 @@ class AttnRun {
   void Poison(void *stream) { o_.PoisonAsync(0x7f, stream), lse_.PoisonAsync(0x7f, stream); }
 
   sm70ops_status Execute(const Plugin &plugin, void *stream) {
-    return plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_ATTN, &args_, stream,
-                                workspace_.data(), workspace_.bytes());
+    return plugin.api().execute(plugin.ctx(), call_.op, &call_.args, stream, workspace_.data(),
+                                workspace_.bytes());
   }
 
   // out's rows without their padding, which must still hold the poison.
@@ -241,17 +229,20 @@ class AttnRun {
   }
 
  private:
-  void Add(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
-           const DLTensor **slot, uint64_t byte_offset = 0) {
-    views_.push_back(std::make_unique<View>(data, dtype, shape, strides, byte_offset));
-    *slot = views_.back()->get();
+  // lse always, the gate when the case has one.
+  void Describe(const Case &c, const Inputs &in, float sm_scale) {
+    sm70ops_desc_qsa_attn_sizes s{};
+    s.batch = DescBatch(in, in.sel.nb);
+    s.q_heads = Hq_, s.kv_heads = c.kv_heads, s.head_dim = D_;
+    s.sm_scale = sm_scale;
+    s.with_lse = 1, s.with_gate = !in.gate.empty();
+    sm70ops_desc_qsa_attn(&call_, &s, 0);
   }
 
   int64_t T_, Hq_, D_, row_;
   DeviceBuffer q_{0}, gate_{0}, kv_{0}, k_only_{0}, v_only_{0}, qsl_{0}, lens_{0}, table_{0};
   DeviceBuffer blocks_{0}, masks_{0}, count_{0}, o_{0}, lse_{0}, workspace_{0};
-  std::vector<std::unique_ptr<View>> views_;
-  sm70ops_qsa_attn_args args_ = {};
+  sm70ops_desc_call call_;
 };
 
 Outputs RunOp(const Plugin &plugin, AttnRun &run) {

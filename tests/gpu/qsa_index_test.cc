@@ -149,43 +149,34 @@ class IndexRun {
  public:
   IndexRun(const Case &c, const Inputs &in)
       : T_(in.rows), width_(c.topk + c.ratio - 1), nb_(SelectionWidth(c, in)) {
-    const int64_t R = int64_t(c.requests.size());
     const auto &x = in.index;
     // q as a strided view at a byte offset inside a larger buffer.
     const int64_t q_row = kHeads * kDim + c.q_row_pad, q_offset_halves = 128;
     q_ = Uploaded(Strided(x.q, T_, kHeads * kDim, q_row, q_offset_halves, kNanHalf));
     // k_index with k_token_pad NaN halves after each key row; a padded view also starts 16
     // bytes into its buffer (16- but not 32-byte aligned).
-    const int64_t kpp = in.keys_per_page, k_row = kDim + c.k_token_pad;
-    const int64_t k_rows = int64_t(in.num_pages) * kpp, k_offset_halves = c.k_token_pad ? 8 : 0;
+    const int64_t k_row = kDim + c.k_token_pad;
+    const int64_t k_rows = int64_t(in.num_pages) * in.keys_per_page;
+    const int64_t k_offset_halves = c.k_token_pad ? 8 : 0;
     k_ = Uploaded(Strided(x.k_index, k_rows, kDim, k_row, k_offset_halves, kNanHalf));
     qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
     table_ = Uploaded(in.meta.block_table);
     topk_ = DeviceBuffer(T_ * width_ * 4), blocks_ = DeviceBuffer(T_ * nb_ * 4);
     masks_ = DeviceBuffer(T_ * nb_ * 8), count_ = DeviceBuffer(T_ * 4);
-    Add(q_.data(), kF16, {T_, kHeads, kDim}, {q_row, kDim, 1}, &args_.q, q_offset_halves * 2);
+    Describe(c, in);
+    sm70ops_desc_stride(Bind(call_, "q", q_, q_offset_halves * 2), 0, q_row);
     if (c.weighted) {
       w_ = Uploaded(x.w);
-      Add(w_.data(), kF32, {T_, kHeads}, DenseStrides({T_, kHeads}), &args_.weights);
+      Bind(call_, "weights", w_);
     }
-    Add(k_.data(), kF16, {in.num_pages, kpp, kDim}, {kpp * k_row, k_row, 1}, &args_.k_index,
-        k_offset_halves * 2);
-    Add(qsl_.data(), kI32, {R + 1}, {1}, &args_.query_start_loc);
-    Add(lens_.data(), kI32, {R}, {1}, &args_.seq_lens);
-    Add(table_.data(), kI32, {R, in.meta.max_pages}, {in.meta.max_pages, 1}, &args_.block_table);
-    Add(topk_.data(), kI32, {T_, width_}, {width_, 1}, &args_.topk_idx);
-    Add(blocks_.data(), kI32, {T_, nb_}, {nb_, 1}, &args_.sel_blocks);
-    Add(masks_.data(), kU64, {T_, nb_}, {nb_, 1}, &args_.sel_mask);
-    Add(count_.data(), kI32, {T_}, {1}, &args_.sel_count);
-    args_.struct_size = sizeof(args_);
-    args_.topk = c.topk;
-    args_.compress_ratio = c.ratio;
-    args_.max_seq_len = in.max_seq_len;
-    args_.max_query_len = in.max_query_len;
-    sm70_qsa_index_split unused{};
-    args_.max_workspace_bytes =
-        c.chunk_rows ? sm70_qsa_index_workspace(c.chunk_rows, in.max_keys, ~0ull, &unused) : 0;
+    sm70ops_desc_stride(Bind(call_, "k_index", k_, k_offset_halves * 2), 1, k_row);
+    Bind(call_, "query_start_loc", qsl_), Bind(call_, "seq_lens", lens_);
+    Bind(call_, "block_table", table_), Bind(call_, "topk_idx", topk_);
+    Bind(call_, "sel_blocks", blocks_), Bind(call_, "sel_mask", masks_);
+    Bind(call_, "sel_count", count_);
   }
+  IndexRun(const IndexRun &) = delete;  // call_ points into itself
+  IndexRun &operator=(const IndexRun &) = delete;
 
   // NB: the most pages a row's token set can touch (abi/sm70ops.h).
   static int64_t SelectionWidth(const Case &c, const Inputs &in) {
@@ -196,7 +187,7 @@ class IndexRun {
   bool Accepted(const Plugin &plugin) {
     sm70ops_decision d = {};
     d.struct_size = sizeof(d);
-    EXPECT_EQ(plugin.api().check(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args_, &d), SM70OPS_OK);
+    EXPECT_EQ(plugin.api().check(plugin.ctx(), call_.op, &call_.args, &d), SM70OPS_OK);
     EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
     workspace_ = DeviceBuffer(d.workspace_bytes);
     return d.accepted;
@@ -208,8 +199,8 @@ class IndexRun {
   }
 
   sm70ops_status Execute(const Plugin &plugin, void *stream) {
-    return plugin.api().execute(plugin.ctx(), SM70OPS_OP_QSA_INDEX, &args_, stream,
-                                workspace_.data(), workspace_.bytes());
+    return plugin.api().execute(plugin.ctx(), call_.op, &call_.args, stream, workspace_.data(),
+                                workspace_.bytes());
   }
 
   Outputs Download(const Case &c, const Inputs &in) const {
@@ -236,17 +227,22 @@ class IndexRun {
   }
 
  private:
-  void Add(void *data, DLDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
-           const DLTensor **slot, uint64_t byte_offset = 0) {
-    views_.push_back(std::make_unique<View>(data, dtype, shape, strides, byte_offset));
-    *slot = views_.back()->get();
+  // Every output, and the weights when the case has them; workspace capped to `chunk_rows`.
+  void Describe(const Case &c, const Inputs &in) {
+    sm70ops_desc_qsa_index_sizes s{};
+    s.batch = DescBatch(in, nb_);
+    s.heads = kHeads, s.dim = kDim, s.topk = c.topk, s.compress_ratio = c.ratio;
+    s.with_weights = c.weighted, s.with_topk_idx = 1, s.with_selection = 1;
+    sm70ops_desc_qsa_index(&call_, &s, 0);
+    sm70_qsa_index_split unused{};
+    call_.args.qsa_index.max_workspace_bytes =
+        c.chunk_rows ? sm70_qsa_index_workspace(c.chunk_rows, in.max_keys, ~0ull, &unused) : 0;
   }
 
   int64_t T_, width_, nb_;
   DeviceBuffer q_{0}, w_{0}, k_{0}, qsl_{0}, lens_{0}, table_{0};
   DeviceBuffer topk_{0}, blocks_{0}, masks_{0}, count_{0}, workspace_{0};
-  std::vector<std::unique_ptr<View>> views_;
-  sm70ops_qsa_index_args args_ = {};
+  sm70ops_desc_call call_;
 };
 
 Outputs RunOp(const Plugin &plugin, const Case &c, const Inputs &in) {

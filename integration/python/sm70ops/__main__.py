@@ -1,9 +1,10 @@
-"""python -m sm70ops: the plugin's identity, its decisions on the model's shapes, benchmarks
-against the generic torch path, and a one-layer prefill demo.
+"""python -m sm70ops: the plugin's identity, its decisions on the model's shapes (as the C tool
+`sm70ops info|check`), benchmarks against the host's paths with roofline floors, and a one-layer
+prefill demo (this package's alone).
 
-Exit codes as the C tool's: 0 done, 1 the plugin could not be loaded or queried, or a bench or
-demo check failed, 2 cannot run here (no CUDA GPU, or no torch for bench and demo), 64 usage
-error.
+Exit codes: 0 done, 1 the plugin could not be loaded or queried, or a bench or demo check failed,
+2 cannot run here (no CUDA GPU, or no torch for bench and demo), 64 usage error (0, 1 and 64 as
+the C tool's).
 """
 import argparse
 import sys
@@ -171,7 +172,8 @@ def parse(argv):
                        help="only this KV page size (default: all)")
     check.add_argument("--device", type=int, default=0)
     bench = commands.add_parser("bench", parents=[library],
-                                help="plugin vs generic torch path (needs a CUDA GPU and torch)")
+                                help="plugin vs the host's paths, with roofline floors (needs a "
+                                "CUDA GPU and torch)")
     bench.add_argument("op", choices=["qsa_index", "qsa_attn", "nvfp4_moe"])
     bench.add_argument("--shapes", choices=sorted(model.MODELS), default="model",
                        help="the model's shapes (default) or contract version 1's")

@@ -1,11 +1,104 @@
 """What the benches share (python -m sm70ops bench OP): the GPU check, CUDA-event medians, the
-plugin-vs-generic table and the plot. The qsa_index bench is bench_index.py, qsa_attn's
-bench_attn.py, nvfp4_moe's bench_moe.py.
+roofline floor, the plugin-vs-generic table and the plot. The qsa_index bench is bench_index.py,
+qsa_attn's bench_attn.py, nvfp4_moe's bench_moe.py.
+
+The floor of a measurement is its useful FLOPs at the fp16 tensor-core rate or its compulsory
+bytes at DRAM copy bandwidth, whichever takes longer; each bench says what it counts (its *_work
+function). Every table shows it at the measured device's ceiling (when CEILINGS has one), the
+share of it the plugin reached, and at a V100's ceiling: the V100 floor column.
 """
+import dataclasses
 import statistics
 
 WARMUP, REPS = 2, 11
 EXIT_OK, EXIT_MISMATCH, EXIT_CANNOT_RUN = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """Peak rates a floor is computed from."""
+
+    compute_capability: int
+    device: str
+    tflops: float  # fp16 tensor cores, fp32 accumulation
+    tbytes_s: float  # DRAM, read + write
+    source: str
+
+
+CEILINGS = (
+    Ceiling(90, "H200", 645.0, 3.97, "measured on the device machine: WMMA 16x16x16 fp16->fp32, "
+            "copy kernel (toolchain notes)"),
+    Ceiling(70, "V100-SXM2", 125.0, 0.85, "fp16 tensor peak; HBM2 bandwidth reached (toolchain "
+            "notes)"),
+)
+
+
+def ceiling_for(compute_capability):
+    """The Ceiling of compute capability 90, 70, ..., or None."""
+    return next((c for c in CEILINGS if c.compute_capability == compute_capability), None)
+
+
+V100 = ceiling_for(70)
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """A measurement's useful FLOPs and compulsory bytes; Works add up."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    def __add__(self, other):
+        return Work(self.flops + other.flops, self.bytes + other.bytes)
+
+
+def floor_ms(work, ceiling):
+    """The roofline floor of `work` at `ceiling`, ms."""
+    return max(work.flops / ceiling.tflops, work.bytes / ceiling.tbytes_s) / 1e9
+
+
+def floor_cells(work, ms, ceiling):
+    """(TFLOP/s reached, floor ms, floor%, V100 floor ms) as text for a run of `ms`; "-" where
+    there is no time or the device (`ceiling` None) no ceiling."""
+    floor = None if ceiling is None else floor_ms(work, ceiling)
+    return ("-" if not ms else f"{work.flops / ms / 1e9:.1f}",
+            "-" if floor is None else f"{floor:.3f}",
+            "-" if floor is None or not ms else f"{100 * floor / ms:.0f}%",
+            f"{floor_ms(work, V100):.3f}")
+
+
+FLOOR_HEADERS = {"TFLOP/s": 8, "floor ms": 9, "floor%": 7, "V100 floor ms": 14}
+
+
+def floor_header():
+    return " ".join(f"{h:>{w}}" for h, w in FLOOR_HEADERS.items())
+
+
+def floor_text(work, ms, ceiling):
+    """floor_cells in floor_header's columns."""
+    cells = floor_cells(work, ms, ceiling)
+    return " ".join(f"{c:>{w}}" for c, w in zip(cells, FLOOR_HEADERS.values()))
+
+
+def floor_columns(ceiling):
+    """print_comparison's check cells of the floor, from each row's `work` and `plugin_ms`."""
+    return {h: (w, lambda r, i=i: floor_cells(r.work, r.plugin_ms, ceiling)[i])
+            for i, (h, w) in enumerate(FLOOR_HEADERS.items())}
+
+
+def device_ceiling(torch, device):
+    """The Ceiling of a CUDA device, or None."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return ceiling_for(major * 10 + minor)
+
+
+def ceilings_line(ceiling):
+    """What the floor columns were computed from."""
+    v100 = f"V100 column: {V100.tflops:.0f} TFLOP/s, {V100.tbytes_s:.2f} TB/s"
+    if ceiling is None:
+        return f"floors: no ceiling known for this device (bench.CEILINGS); {v100}"
+    return (f"floors: {ceiling.device} {ceiling.tflops:.0f} TFLOP/s, {ceiling.tbytes_s:.2f} TB/s "
+            f"({ceiling.source}); {v100}")
 
 
 def cuda_torch(command):
@@ -20,6 +113,11 @@ def cuda_torch(command):
         print(f"{command}: needs a CUDA GPU and torch (none found)")
         return None
     return torch
+
+
+def ms_cell(value):
+    """A time as a table cell: 1.234, or "-" for one not taken (None)."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _check_cell(value, width):

@@ -13,10 +13,11 @@ of N(0, 1) noise over the last 32 rows. With these constants adjacent rows share
 pages at 128K (more at shorter prompts, where a row takes a larger share of the runs); the Jaccard
 is measured and printed.
 
-Per prompt: plugin and generic ms (CUDA-event medians) and their rel-L2; then, for each row-tile
-height, the K/V bytes a tile gathers per row (the union of its rows' tokens, once), the floor's
-bytes per row (K and V of the context once a chunk, q, gate, out, lse, selection), and the time
-those bytes take at the copy bandwidth measured in the same run and at a V100's 0.85 TB/s. The
+Per prompt: plugin and generic ms (CUDA-event medians), their rel-L2 and the roofline floor
+(attn_work: QK and PV over the selected tokens; K and V of the context once a chunk, q, gate, out,
+lse, selection; bench.py); then, for each row-tile height, the K/V bytes a tile gathers per row
+(the union of its rows' tokens, once) against the floor's bytes per row, and the time those bytes
+take at the copy bandwidth measured in the same run and at a V100's (bench.V100). The
 height this build runs (check()'s message) carries the kernel's time; measurement builds that run
 every group at one height (kernels/qsa_attn/BUILD) are picked with --library.
 """
@@ -25,7 +26,8 @@ import math
 import re
 
 from . import model, ops
-from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, cuda_torch, median_ms, print_comparison
+from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, V100, Work, ceilings_line, cuda_torch,
+                    device_ceiling, floor_columns, median_ms, print_comparison)
 from .plugin import Plugin
 
 TP = 4  # the model is served at TP4 (ops.md)
@@ -36,7 +38,6 @@ KERNEL_MMA_ROWS = (48, 96)  # the kernel's tiles: rows x query heads of a KV hea
 MAX_TILE_ROWS = 32
 GENERIC_ROWS = 512  # rows per generic call: 512 x 2051 tokens x 256 x 2 B = 0.5 GB of K, as of V
 REL_L2_LIMIT = 5e-3  # two fp16 paths against each other: each is within ~2e-3 of fp64
-V100_TBYTES_S = 0.85
 
 
 @dataclasses.dataclass
@@ -50,14 +51,14 @@ class Row:
     plugin_ms: float = 0.0
     generic_ms: float = 0.0
     rel_l2: float = 0.0
-    floor_bytes: float = 0.0
+    work: Work = Work()  # the floor's
     rows: int = 0
     gathered: dict = dataclasses.field(default_factory=dict)  # tile rows -> K/V bytes
     note: str = ""
 
     def add(self, other):
         """Sums a chunk's measurements into a whole prompt's."""
-        for name in ("overlap", "plugin_ms", "generic_ms", "floor_bytes", "rows"):
+        for name in ("overlap", "plugin_ms", "generic_ms", "work", "rows"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.rel_l2 = max(self.rel_l2, other.rel_l2)
         for rows, value in other.gathered.items():
@@ -179,6 +180,15 @@ def _generic(torch, q, gate, k_cache, v_cache, table, tokens, sm_scale):
     return out
 
 
+def attn_work(s, selected, end, nb, rows):
+    """The floor's work of a chunk of `rows` rows ending at position end - 1 whose token sets
+    hold `selected` tokens in all: FLOPs, QK and PV of every query head over its row's tokens;
+    bytes, q, gate, out (fp16), lse (fp32), the selection and K and V of the context once."""
+    heads = rows * s.q_heads * (s.head_dim * 2 * (3 if s.attention_gate else 2) + 4)
+    return Work(flops=4.0 * selected * s.q_heads * s.head_dim,
+                bytes=heads + rows * (nb * 12 + 4) + end * s.kv_heads * s.head_dim * 4)
+
+
 class Prompt:
     """One prompt's device data: q and gate of a chunk, the paged K/V cache, a scattered block
     table."""
@@ -195,13 +205,6 @@ class Prompt:
         self.v_cache = torch.randn(cache, generator=g, device="cuda").half()
         self.table = ((torch.arange(self.pages, device="cuda") * 7919) % self.pages).int()
 
-    def floor_bytes(self, end, nb):
-        """A chunk's floor: K and V of its context once, q, gate, out, lse, the selection."""
-        s, rows = self.shape, model.CHUNK_ROWS
-        inputs = 3 if self.gate is not None else 2
-        heads = rows * s.q_heads * (s.head_dim * 2 * inputs + 4)
-        return end * s.kv_heads * s.head_dim * 4 + heads + rows * (nb * 12 + 4)
-
 
 def _measure_chunk(torch, ctx, p, selector, end):
     """The chunk of rows ending at position end - 1."""
@@ -215,7 +218,7 @@ def _measure_chunk(torch, ctx, p, selector, end):
                                        for m in KERNEL_MMA_ROWS})
     token_bytes = s.kv_heads * s.head_dim * 4  # its K and V rows, fp16
     row = Row(end, s.page_size, 1, overlap=neighbour_jaccard(torch, masks), rows=rows,
-              floor_bytes=p.floor_bytes(end, nb),
+              work=attn_work(s, int((tokens >= 0).sum()), end, nb, rows),
               gathered={h: tile_tokens(torch, masks, h) * token_bytes for h in heights})
     out = torch.empty_like(p.q)
     sm_scale = s.head_dim ** -0.5
@@ -279,9 +282,9 @@ def print_gathered(r, tbytes_s, built, shape):
     at = lambda b, rate: b / (rate * 1e12) * 1e3  # noqa: E731  bytes -> ms
     group = shape.q_heads // shape.kv_heads
     runnable = {min(m // group, MAX_TILE_ROWS) for m in KERNEL_MMA_ROWS}
-    print(f"  {_label(r)}: floor {r.floor_bytes / r.rows / 1e3:.1f} KB a row, "
-          f"{at(r.floor_bytes, tbytes_s):.3f} ms at {tbytes_s:.2f} TB/s "
-          f"(V100 {at(r.floor_bytes, V100_TBYTES_S):.3f} ms)")
+    print(f"  {_label(r)}: floor {r.work.bytes / r.rows / 1e3:.1f} KB a row, "
+          f"{at(r.work.bytes, tbytes_s):.3f} ms at {tbytes_s:.2f} TB/s "
+          f"(V100 {at(r.work.bytes, V100.tbytes_s):.3f} ms)")
     print(f"  {'tile rows':>9} {'K/V a row':>10} {'x floor':>8} {'at copy bw':>11} "
           f"{'V100':>9}  kernel")
     for rows, b in sorted(r.gathered.items()):
@@ -290,8 +293,8 @@ def print_gathered(r, tbytes_s, built, shape):
             kernel = f"{r.plugin_ms:.3f} ms, {r.plugin_ms / ms:.2f}x its bytes' time"
         else:
             kernel = "another build" if rows in runnable else "-"
-        print(f"  {rows:9d} {b / r.rows / 1e3:7.1f} KB {b / r.floor_bytes:7.1f}x "
-              f"{ms:8.3f} ms {at(b, V100_TBYTES_S):6.2f} ms  {kernel}")
+        print(f"  {rows:9d} {b / r.rows / 1e3:7.1f} KB {b / r.work.bytes:7.1f}x "
+              f"{ms:8.3f} ms {at(b, V100.tbytes_s):6.2f} ms  {kernel}")
 
 
 def main(opts):
@@ -300,7 +303,7 @@ def main(opts):
         return EXIT_CANNOT_RUN
     m = model.MODELS[getattr(opts, "shapes", "model")]
     device = torch.cuda.current_device()
-    tbytes_s = copy_tbytes_s(torch)
+    tbytes_s, ceiling = copy_tbytes_s(torch), device_ceiling(torch, device)
     rows, built = [], None
     with Plugin(opts.library) as plugin, plugin.context(device) as ctx:
         for page in model.PAGE_SIZES[::-1]:
@@ -321,7 +324,8 @@ def main(opts):
     failed = print_comparison(
         {"prompt": (16, _label), "P": (3, lambda r: r.page),
          "Jaccard": (8, lambda r: f"{r.overlap:.2f}")},
-        {"rel-L2": (8, lambda r: r.rel_l2)}, rows, REL_L2_LIMIT)
+        {"rel-L2": (8, lambda r: r.rel_l2), **floor_columns(ceiling)}, rows, REL_L2_LIMIT)
+    print(ceilings_line(ceiling))
     print("check: " + (f"MISMATCH: {failed} prompts beyond rel-L2 {REL_L2_LIMIT}" if failed
                        else f"plugin output within rel-L2 {REL_L2_LIMIT} of the generic path"))
     return EXIT_MISMATCH if failed else EXIT_OK

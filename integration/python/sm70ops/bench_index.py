@@ -14,13 +14,15 @@ ms and its ratio to i.i.d. data at the same size, the generic path's and the Tri
 overlap.
 
 Either way the plugin's token sets are judged on CHECKED_ROWS rows of each case (of the last
-chunk) against the top groups of fp64 scores, by ops.md's near-tie rule (gates.judge_index).
+chunk) against the top groups of fp64 scores, by ops.md's near-tie rule (gates.judge_index), and
+every case shows its roofline floor (index_work; bench.py).
 """
 import dataclasses
 
 from . import data, gates, generic, model, ops
-from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, cuda_torch, median_ms, plot_series,
-                    print_comparison)
+from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, Work, ceilings_line, cuda_torch,
+                    device_ceiling, floor_columns, floor_header, floor_text, median_ms, ms_cell,
+                    plot_series, print_comparison)
 from .dlpack import uint64_dtype
 from .plugin import Plugin
 
@@ -46,6 +48,24 @@ class Setting:
         weights = "per-head weights" if self.weighted else "weight-free"
         return (f"B {self.topk}, c {self.compress_ratio}, {self.page_size}-token pages, "
                 f"{weights}")
+
+
+def index_work(s, heads, dim, rows, end):
+    """The floor's work of one call of `rows` rows ending at position end - 1: FLOPs, every row's
+    `heads` x `dim` query against each complete group it sees; bytes, q (and the weights) read,
+    the context's keys read once, topk_idx and the selection written."""
+    groups = sum((end - rows + 1 + i) // s.compress_ratio for i in range(rows))
+    nb = generic.selection_width(s.topk, s.compress_ratio, s.page_size, end)
+    q_bytes = rows * heads * (dim * 2 + (4 if s.weighted else 0))
+    out_bytes = rows * ((s.topk + s.compress_ratio - 1) * 4 + nb * 12 + 4)
+    return Work(flops=2.0 * groups * heads * dim,
+                bytes=q_bytes + end // s.compress_ratio * dim * 2 + out_bytes)
+
+
+def case_work(s, case):
+    """index_work summed over the case's chunks."""
+    heads, dim = case.problem.q.shape[1:]
+    return sum((index_work(s, heads, dim, rows, end) for end, rows in case.chunks), Work())
 
 
 def setting(opts):
@@ -93,6 +113,7 @@ class Result:
     plugin_ms: float  # None when the plugin declined
     generic_ms: float
     triton_ms: float = None  # None when not run
+    work: Work = Work()
     overlap: float = float("nan")
     differing: int = 0  # checked rows whose token sets differ
     excused: int = 0  # of those, near ties ops.md allows
@@ -174,7 +195,7 @@ def measure(torch, ctx, s, case, triton_index):
                               compress_ratio=s.compress_ratio)
 
     result = Result(case.label, case.tokens, p.name, None,
-                    median_ms(torch, run_generic, **timing))
+                    median_ms(torch, run_generic, **timing), work=case_work(s, case))
     if triton_index is not None:
         def run_triton():
             for end, rows in case.chunks:
@@ -202,21 +223,18 @@ def check_text(r):
     return f"{r.excused} near-tie rows" + (f", {failed} MISMATCH" if failed else "")
 
 
-def _ms(value):
-    return "-" if value is None else f"{value:.3f}"
-
-
-def print_table(results):
-    """The data x size table; the plugin's ratio to i.i.d. data at the same size."""
+def print_table(results, ceiling):
+    """The data x size table; the plugin's ratio to i.i.d. data at the same size, its floor."""
     iid = {r.label: r.plugin_ms for r in results if r.data == "iid"}
     print(f"{'data':11} {'size':13} {'plugin ms':>10} {'vs iid':>7} {'generic ms':>11} "
-          f"{'triton ms':>10} {'overlap':>8}  check")
+          f"{'triton ms':>10} {'overlap':>8} {floor_header()}  check")
     for r in results:
         base = iid.get(r.label)
         ratio = f"{r.plugin_ms / base:6.2f}x" if r.plugin_ms and base else "-"
         tail = check_text(r) if r.plugin_ms is not None else f"declined: {r.note}"
-        print(f"{r.data:11} {r.label:13} {_ms(r.plugin_ms):>10} {ratio:>7} "
-              f"{_ms(r.generic_ms):>11} {_ms(r.triton_ms):>10} {r.overlap:8.2f}  {tail}")
+        print(f"{r.data:11} {r.label:13} {ms_cell(r.plugin_ms):>10} {ratio:>7} "
+              f"{ms_cell(r.generic_ms):>11} {ms_cell(r.triton_ms):>10} {r.overlap:8.2f} "
+              f"{floor_text(r.work, r.plugin_ms, ceiling)}  {tail}")
 
 
 def verdict(results):
@@ -234,7 +252,7 @@ def verdict(results):
     return EXIT_MISMATCH if failed else EXIT_OK
 
 
-def run_table(torch, ctx, s, names):
+def run_table(torch, ctx, s, names, ceiling=None):
     triton_index, why = _triton_baseline()
     if triton_index is None:
         print(f"triton baseline: not run ({why})")
@@ -245,14 +263,14 @@ def run_table(torch, ctx, s, names):
             results.append(measure(torch, ctx, s, make(torch, s, name, tokens, seed),
                                    triton_index))
             torch.cuda.empty_cache()
-    print_table(results)
+    print_table(results, ceiling)
     return verdict(results)
 
 
-def run_sweep(torch, ctx, s, plot, device_name):
+def run_sweep(torch, ctx, s, plot, device_name, ceiling):
     results = [measure(torch, ctx, s, single(torch, s, "iid", n, 0), None) for n in SWEEP_TOKENS]
     print_comparison({"tokens": (8, lambda r: r.tokens)},
-                     {"token set check": (15, check_text)}, results)
+                     {"token set check": (15, check_text), **floor_columns(ceiling)}, results)
     timed = [r for r in results if r.plugin_ms is not None]
     faster = [str(r.tokens) for r in timed if r.plugin_ms < r.generic_ms]
     if timed:
@@ -271,13 +289,14 @@ def main(opts):
         return EXIT_CANNOT_RUN
     s = setting(opts)
     device = torch.cuda.current_device()
-    name = torch.cuda.get_device_name(device)
+    name, ceiling = torch.cuda.get_device_name(device), device_ceiling(torch, device)
     print(f"bench qsa_index: device {device} ({name}), {s.describe()}; one request; medians of "
           f"CUDA-event timings")
+    print(ceilings_line(ceiling))
     with Plugin(opts.library) as plugin, plugin.context(device) as ctx:
         if opts.data is None:
-            return run_sweep(torch, ctx, s, opts.plot, name)
+            return run_sweep(torch, ctx, s, opts.plot, name, ceiling)
         names = list(data.GENERATORS) if opts.data == "all" else [opts.data]
         if "iid" not in names:
             names.insert(0, "iid")  # every cell's ratio is to i.i.d. data at its size
-        return run_table(torch, ctx, s, names)
+        return run_table(torch, ctx, s, names, ceiling)

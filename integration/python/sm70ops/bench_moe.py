@@ -1,22 +1,36 @@
-"""python -m sm70ops bench nvfp4_moe: the plugin against the generic torch path in one run.
+"""python -m sm70ops bench nvfp4_moe: the plugin against the generic torch path and cuBLAS in one
+run, with the roofline floor.
 
 The model's routed experts (E 512, top-10, H 2560) at the TP4 (I 160) and TP1 (I 640) ranks, or
 with --shapes v1 contract version 1's (H 2048, I 128 and 512); T tokens with random routing. The
-plugin runs on prepared weights; the generic path is generic.moe_dense on the fp16 copy of the
-experts a host without the plugin makes at load (3.6x the NVFP4 bytes). Both are compared with
-generic.nvfp4_moe (fp32 on the dequantized weights); the plugin's error is held to ops.md's gate.
+plugin runs on prepared weights (op 4 is timed once per rank, as a host runs it at load: check,
+allocation, repack), and on the checkpoint layout for comparison; the generic path is
+generic.moe_dense on the fp16 copy of the experts a host without the plugin makes at load (3.6x
+the NVFP4 bytes). Both are compared with generic.nvfp4_moe (fp32 on the dequantized weights); the
+plugin's error is held to ops.md's gate.
+
+cuBLAS: both fp16 GEMMs of every expert with rows on that fp16 copy, one torch.mm (cuBLAS) per
+expert and GEMM (cuBLAS has no grouped GEMM of unequal sizes), the rows already gathered (no
+gather, SiLU, router weight or combine), the loop replayed as one CUDA graph to take the launch
+overhead out: a lower bound of a cuBLAS MoE.
+
+Floor (moe_work): the FLOPs of both GEMMs; the bytes an ideal fused op moves: the routed experts'
+NVFP4 weights once, x, out, ids and router weights (workspace round trips are the
+implementation's, not the floor's).
 """
 import dataclasses
 
 from . import generic, model
-from .bench import EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, cuda_torch, median_ms, print_comparison
+from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, Work, ceilings_line, cuda_torch,
+                    device_ceiling, floor_columns, median_ms, ms_cell, print_comparison)
 from .plugin import Plugin
 from .torch_ops import TorchOps
 
-TOKENS = (512, 2048, 8192)
+TOKENS = (512, 2048, 8192, 32768)
 TP_SIZES = (4, 1)
 GATE = 5e-3  # ops.md, op 3
 SEED = 2026
+PLUGIN = "plugin"  # TorchOps.paths' name of the plugin path
 
 
 @dataclasses.dataclass
@@ -27,7 +41,23 @@ class Row:
     generic_ms: float
     plugin_rel_l2: float
     generic_rel_l2: float
+    work: Work = Work()  # the floor's
+    checkpoint_ms: float = None  # the plugin on the checkpoint layout; None: not on the plugin
+    cublas_ms: float = None
     note: str = ""
+
+
+def nvfp4_bytes(m):
+    """The NVFP4 checkpoint bytes of every expert of a rank: W13 [2I, H] and W2 [H, I] as 4-bit
+    codes and an e4m3 scale per 16 weights."""
+    return m.experts * 3 * m.expert_inter * m.hidden * 9 // 16
+
+
+def moe_work(m, tokens, experts_used):
+    """The floor's work of `tokens` tokens routed to `experts_used` distinct experts."""
+    pairs = tokens * m.expert_topk
+    return Work(flops=6.0 * pairs * m.hidden * m.expert_inter,
+                bytes=nvfp4_bytes(m) * experts_used / m.experts + tokens * m.hidden * 4 + pairs * 8)
 
 
 def _experts(torch, m):
@@ -61,23 +91,103 @@ def _routing(torch, m, tokens, seed):
     return x, ids.int(), torch.softmax(top, dim=-1)
 
 
-def _measure(torch, ctx, m, experts, dense, tokens):
+def _graph_ms(torch, fn):
+    """Median ms of fn's kernels replayed as one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # cuBLAS picks its kernels and workspace outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(torch, graph.replay, warmup=2, reps=9)
+
+
+def grouped_gemms(torch, dense, counts):
+    """(fn, y): fn() runs both fp16 GEMMs of every expert e on its counts[e] rows of x (ones),
+    gate/up = x W13_e^T, then y = gate/up[:, :I] W2_e^T (the down GEMM's input is read in place,
+    as an engine's fused SiLU-and-mul would leave it)."""
+    w13, w2 = dense  # [E, 2I, H], [E, H, I]
+    inter = w2.shape[2]
+    x = torch.ones((sum(counts), w13.shape[2]), dtype=w13.dtype, device=w13.device)
+    gate_up, y = x.new_empty((x.shape[0], 2 * inter)), torch.empty_like(x)
+
+    def gemms():
+        first = 0
+        for e, n in enumerate(counts):
+            rows = slice(first, first + n)
+            torch.mm(x[rows], w13[e].t(), out=gate_up[rows])
+            torch.mm(gate_up[rows, :inter], w2[e].t(), out=y[rows])
+            first += n
+
+    return gemms, y
+
+
+def cublas_ms(torch, dense, ids):
+    """The cuBLAS baseline (module docstring) of routing `ids` on the fp16 copy `dense`; None if
+    the capture or replay failed (it says why)."""
+    counts = torch.bincount(ids.flatten().long(), minlength=dense[0].shape[0]).tolist()
+    gemms, _ = grouped_gemms(torch, dense, counts)
+    try:
+        return _graph_ms(torch, gemms)
+    except RuntimeError as e:
+        print(f"  cuBLAS: capture or replay failed ({e})")
+        return None
+
+
+def _prepare(torch, ctx, experts):
+    """Op 4's bytes (None when declined), after printing how long it took."""
+    ops, held = TorchOps(ctx), []
+    ms = median_ms(torch, lambda: held.append(ops.prepare(experts)), warmup=0, reps=1)
+    if held[0] is None:
+        why = [w for (op, w) in ops.paths if op == "nvfp4_moe_prepare"]
+        print(f"  prepare: {'; '.join(why)}: op 3 reads the checkpoint layout")
+    else:
+        print(f"  prepare (one-time, with its check and allocation): {ms:.3f} ms, "
+              f"{held[0].numel() / 1e6:.1f} MB")
+    return held[0]
+
+
+def _on_plugin(ops, call):
+    """Whether call() ran op 3 on the plugin (TorchOps counts each call's path)."""
+    before = ops.paths["nvfp4_moe", PLUGIN]
+    call()
+    return ops.paths["nvfp4_moe", PLUGIN] > before
+
+
+def _measure(torch, ctx, m, experts, dense, prepared, tokens):
     x, ids, weights = _routing(torch, m, tokens, tokens)
     want = generic.nvfp4_moe(x, ids, weights, **experts).float()
-    generic_ms = median_ms(torch, lambda: generic.moe_dense(x, ids, weights, *dense), 1, 3)
-    generic_err = float((generic.moe_dense(x, ids, weights, *dense).float() - want).norm()
-                        / want.norm())
+    rel_l2 = lambda out: float((out.float() - want).norm() / want.norm())  # noqa: E731
+    generic_run = lambda: generic.moe_dense(x, ids, weights, *dense)  # noqa: E731
+    row = Row(m.expert_inter, tokens, None, median_ms(torch, generic_run, 1, 3), float("nan"),
+              rel_l2(generic_run()), moe_work(m, tokens, int(ids.unique().numel())),
+              cublas_ms=cublas_ms(torch, dense, ids))
     ops = TorchOps(ctx)
-    prepared = ops.prepare(experts)
     out = ops.nvfp4_moe(x, ids, weights, experts, prepared)
     why = [w.removeprefix("generic: ") for (op, w) in ops.paths if op == "nvfp4_moe"
-           and w != "plugin"]
+           and w != PLUGIN]
     if why:
-        return Row(m.expert_inter, tokens, None, generic_ms, float("nan"), generic_err,
-                   "; ".join(why))
-    plugin_err = float((out.float() - want).norm() / want.norm())
-    plugin_ms = median_ms(torch, lambda: ops.nvfp4_moe(x, ids, weights, experts, prepared))
-    return Row(m.expert_inter, tokens, plugin_ms, generic_ms, plugin_err, generic_err)
+        row.note = "; ".join(why)
+        return row
+    row.plugin_rel_l2 = rel_l2(out)
+    row.plugin_ms = median_ms(torch, lambda: ops.nvfp4_moe(x, ids, weights, experts, prepared))
+    checkpoint = lambda: ops.nvfp4_moe(x, ids, weights, experts)  # noqa: E731
+    row.checkpoint_ms = median_ms(torch, checkpoint) if _on_plugin(ops, checkpoint) else None
+    return row
+
+
+def _measure_rank(torch, ctx, m):
+    """Every T of TOKENS at one rank's shapes `m`."""
+    print(f"TP{m.tp}: I {m.expert_inter}")
+    experts = _experts(torch, m)
+    dense = generic.dequantize_experts(**experts)
+    prepared = _prepare(torch, ctx, experts)
+    rows = [_measure(torch, ctx, m, experts, dense, prepared, t) for t in TOKENS]
+    del experts, dense, prepared
+    torch.cuda.empty_cache()
+    return rows
 
 
 def main(opts):
@@ -85,7 +195,7 @@ def main(opts):
     if torch is None:
         return EXIT_CANNOT_RUN
     device = torch.cuda.current_device()
-    whole = model.MODELS[opts.shapes]
+    whole, ceiling = model.MODELS[opts.shapes], device_ceiling(torch, device)
     print(f"bench nvfp4_moe: device {device} ({torch.cuda.get_device_name(device)}), {whole.name}: "
           f"E {whole.experts}, top-{whole.expert_topk}, H {whole.hidden}, I "
           f"{', '.join(str(whole.expert_inter // tp) for tp in TP_SIZES)} (TP "
@@ -94,16 +204,14 @@ def main(opts):
     rows = []
     with Plugin(opts.library) as plugin, plugin.context(device) as ctx:
         for tp in TP_SIZES:
-            m = model.shape(tp=tp, model=whole)
-            experts = _experts(torch, m)
-            dense = generic.dequantize_experts(**experts)
-            rows += [_measure(torch, ctx, m, experts, dense, t) for t in TOKENS]
-            del experts, dense
-            torch.cuda.empty_cache()
+            rows += _measure_rank(torch, ctx, model.shape(tp=tp, model=whole))
     failed = print_comparison(
         {"I": (4, lambda r: r.inter), "tokens": (7, lambda r: r.tokens)},
         {"plugin rel-L2": (14, lambda r: r.plugin_rel_l2),
-         "generic rel-L2": (15, lambda r: r.generic_rel_l2)}, rows, GATE)
+         "generic rel-L2": (15, lambda r: r.generic_rel_l2),
+         "checkpoint ms": (14, lambda r: ms_cell(r.checkpoint_ms)),
+         "cuBLAS ms": (10, lambda r: ms_cell(r.cublas_ms)), **floor_columns(ceiling)}, rows, GATE)
+    print(ceilings_line(ceiling))
     print("check: " + (f"MISMATCH: {failed} cases beyond rel-L2 {GATE}" if failed
                        else f"plugin output within rel-L2 {GATE} of fp32 in every case run"))
     return EXIT_MISMATCH if failed else EXIT_OK

@@ -21,10 +21,11 @@ prompt's hidden states, and the RoPE base (indexer.ROPE_BASE, assumed; it change
 
 Per rank, TP splits the attention heads (a KV head is replicated where TP exceeds 2), every
 expert's and the shared expert's intermediate size; the indexer and the router are replicated. A
-prompt runs as chunks of 8192 rows (vLLM's chunked prefill), each seeing the prompt so far. The
-generic path is what a host without the plugin runs (torch_ops.TorchOps with no context):
-generic.qsa_index, generic.qsa_attn, and generic.moe_dense on an fp16 copy of the experts made at
-load (the fastest fallback, when memory allows). CUDA events per op, summed over the chunks.
+prompt runs as chunks of 8192 rows (vLLM's chunked prefill), each seeing the prompt so far. Both
+paths call the torch custom ops torch.ops.sm70ops.* (library.py) through torch_ops.TorchOps. The
+generic path is what a host without the plugin runs (TorchOps with no context): generic.qsa_index,
+generic.qsa_attn, and generic.moe_dense on an fp16 copy of the experts made at load (the fastest
+fallback, when memory allows). CUDA events per op, summed over the chunks.
 """
 import dataclasses
 import os

@@ -1,13 +1,18 @@
 """The served model, Qwen3.8-Flash-Next (shared/spec/ops.md v2, "The model the fast paths are
 for"), its per-rank shapes and the op descriptors they give: the Python twin of
 integration/cli/model_shapes.c, so `python -m sm70ops check` asks the plugin exactly what
-`sm70ops check` asks. V1 keeps the shapes contract version 1 had guessed, for the benches' --shapes
+`sm70ops check` asks. The shapes and check's plan come from models.txt beside this file, which the
+C tool embeds too; V1 keeps the shapes contract version 1 had guessed, for the benches' --shapes
 v1."""
 import dataclasses
 import math
+import pathlib
+import re
 
 from . import _abi, generic, ops
 from .dlpack import describe
+
+MODELS_FILE = pathlib.Path(__file__).with_name("models.txt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,15 +37,116 @@ class Model:
     max_context: int  # tokens
 
 
-QWEN38_FLASH_NEXT = Model(name="Qwen3.8-Flash-Next", hidden=2560, q_heads=24, kv_heads=2,
-                          head_dim=256, attention_gate=True, index_heads=4, index_dim=128,
-                          index_weighted=False, compress_ratio=4, index_topk=2048, experts=512,
-                          expert_topk=10, expert_inter=640, shared_inter=640, max_context=262144)
-V1 = Model(name="contract version 1", hidden=2048, q_heads=16, kv_heads=2, head_dim=256,
-           attention_gate=False, index_heads=4, index_dim=128, index_weighted=True,
-           compress_ratio=1, index_topk=2048, experts=512, expert_topk=10, expert_inter=512,
-           shared_inter=0, max_context=131072)
-MODELS = {"model": QWEN38_FLASH_NEXT, "v1": V1}  # the benches' --shapes
+class ModelsFileError(ValueError):
+    """models.txt departs from its format (described at its top); the message says where."""
+
+
+# What each key of a section holds: text, an integer, 0 or 1, or a list of positive integers.
+_PLAN_KEYS = {"tp_sizes": "list", "page_sizes": "list", "prefill_lengths": "list",
+              "chunk_rows": "int"}
+_SHAPES_KEYS = {f.name: {str: "name", bool: "flag", int: "int"}[f.type]
+                for f in dataclasses.fields(Model)}
+_INT32_MAX = 2**31 - 1  # the C tool's int32_t
+_BLANK = " \t\r"  # what both parsers strip around lines, keys and values
+
+
+def _int(text):
+    if not re.fullmatch(r"[0-9]+", text) or int(text) > _INT32_MAX:
+        raise ValueError(f"'{text}' is not a decimal integer below 2^31")
+    return int(text)
+
+
+def _value(kind, text):
+    if kind == "name":
+        if not text:
+            raise ValueError("empty name")
+        return text
+    if kind == "list":
+        values = re.split(r"[ \t]+", text)
+        if not all(re.fullmatch(r"[0-9]+", v) and int(v) > 0 for v in values):
+            raise ValueError(f"'{text}' is not a list of positive integers")
+        return tuple(_int(v) for v in values)
+    value = _int(text)
+    if kind == "flag" and value > 1:
+        raise ValueError(f"'{text}' is not 0 or 1")
+    return bool(value) if kind == "flag" else value
+
+
+class _Section:
+    def __init__(self, header, line):
+        self.header, self.line, self.values = header, line, {}
+        self.keys = _PLAN_KEYS if header == "plan" else _SHAPES_KEYS
+
+    def add(self, text):
+        key, sep, value = (part.strip(_BLANK) for part in text.partition("="))
+        if not sep or not key:
+            raise ValueError(f"'{text}' is not key = value")
+        if key not in self.keys:
+            raise ValueError(f"unknown key '{key}' in [{self.header}]")
+        if key in self.values:
+            raise ValueError(f"key '{key}' given twice in [{self.header}]")
+        self.values[key] = _value(self.keys[key], value)
+
+    def missing(self):
+        return [key for key in self.keys if key not in self.values]
+
+
+def _header(line):
+    match = re.fullmatch(r"\[(plan|shapes [a-z0-9_]+)\]", line)
+    if not match:
+        raise ValueError(f"'{line}' is not a section header ([plan] or [shapes ID])")
+    return match.group(1)
+
+
+def _sections(text):
+    """{header: _Section} of the text, each line checked; ValueError(line, message)."""
+    sections, current = {}, None
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.strip(_BLANK)
+        try:
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("["):
+                header = _header(line)
+                if header in sections:
+                    raise ValueError(f"section [{header}] given twice")
+                current = sections[header] = _Section(header, number)
+            elif current is None:
+                raise ValueError("key = value before any section")
+            else:
+                current.add(line)
+        except ValueError as e:
+            raise ValueError(number, str(e)) from None
+    return sections
+
+
+def parse_models(text, path="models.txt"):
+    """({id: Model} of the [shapes ID] sections, {key: value} of [plan]) from models.txt's text;
+    ModelsFileError, naming `path` and the line, when the text departs from the format."""
+    try:
+        sections = _sections(text)
+    except ValueError as e:
+        raise ModelsFileError(f"{path}:{e.args[0]}: {e.args[1]}") from None
+    for required in ("plan", "shapes model"):
+        if required not in sections:
+            raise ModelsFileError(f"{path}: no [{required}] section")
+    for s in sections.values():
+        if s.missing():
+            raise ModelsFileError(f"{path}:{s.line}: [{s.header}] lacks '{s.missing()[0]}'")
+    models = {h.split()[1]: Model(**s.values) for h, s in sections.items() if h != "plan"}
+    return models, sections["plan"].values
+
+
+MODELS, _PLAN = parse_models(MODELS_FILE.read_text(), MODELS_FILE)  # MODELS: the benches' --shapes
+QWEN38_FLASH_NEXT = MODELS["model"]
+V1 = MODELS["v1"]
+TP_SIZES = _PLAN["tp_sizes"]  # what check plans
+PAGE_SIZES = _PLAN["page_sizes"]
+PAGE_SIZE = max(PAGE_SIZES)  # where no page size is given: the plan's largest
+PREFILL_LENGTHS = _PLAN["prefill_lengths"]  # prompt lengths that matter, shortest first
+OPS = (_abi.Op.QSA_INDEX, _abi.Op.QSA_ATTN, _abi.Op.NVFP4_MOE, _abi.Op.NVFP4_MOE_PREPARE)
+CHUNK_ROWS = _PLAN["chunk_rows"]  # vLLM's chunked prefill runs a prompt as chunks of at most these
+NVFP4_BLOCK = 16  # one e4m3 scale per 16 weights; two weights per byte
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,23 +156,15 @@ class ModelShape(Model):
     replicated."""
 
     tp: int = 1
-    page_size: int = 64  # P: tokens per KV page, the engine's (SGLang 64, vLLM-style blocks 16)
+    page_size: int = PAGE_SIZE  # P: tokens per KV page, the engine's (SGLang 64, vLLM-style 16)
 
 
-def shape(tp=1, page_size=64, model=QWEN38_FLASH_NEXT):
+def shape(tp=1, page_size=PAGE_SIZE, model=QWEN38_FLASH_NEXT):
     """`model`'s shapes on one rank of `tp`."""
     return ModelShape(**dict(dataclasses.asdict(model), q_heads=model.q_heads // tp,
                              kv_heads=max(1, model.kv_heads // tp),
                              expert_inter=model.expert_inter // tp),
                       tp=tp, page_size=page_size)
-
-
-TP_SIZES = (1, 2, 4, 8)  # what check plans
-PAGE_SIZES = (16, 64)
-PREFILL_LENGTHS = (8192, 32768, 131072, 262144)  # prompt lengths that matter, shortest first
-OPS = (_abi.Op.QSA_INDEX, _abi.Op.QSA_ATTN, _abi.Op.NVFP4_MOE, _abi.Op.NVFP4_MOE_PREPARE)
-CHUNK_ROWS = 8192  # vLLM's chunked prefill runs a prompt as chunks of at most this many rows
-NVFP4_BLOCK = 16  # one e4m3 scale per 16 weights; two weights per byte
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +274,8 @@ def _nvfp4_moe_prepare(m, device):
     return ops.nvfp4_moe_prepare(_weights(m, device)), f"{m.experts} experts"
 
 
-def model_call(op, prefill=CHUNK_ROWS, tp=4, device=0, page_size=64, model=QWEN38_FLASH_NEXT):
+def model_call(op, prefill=CHUNK_ROWS, tp=4, device=0, page_size=PAGE_SIZE,
+               model=QWEN38_FLASH_NEXT):
     """(OpArgs with NULL data, "rows x keys" for people) for `op` on the last chunk of one
     `prefill`-token prompt (one request) under vLLM's chunked prefill, at TP `tp` with
     `page_size`-token pages."""
@@ -195,4 +294,4 @@ def model_call(op, prefill=CHUNK_ROWS, tp=4, device=0, page_size=64, model=QWEN3
 def case_call(case, device=0):
     """model_call for one of plan()'s cases (the index at any TP: it is replicated)."""
     return model_call(case.op, case.prefill or CHUNK_ROWS, case.tp or 1, device,
-                      case.page_size or PAGE_SIZES[-1])
+                      case.page_size or PAGE_SIZE)

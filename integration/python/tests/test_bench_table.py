@@ -1,8 +1,8 @@
-"""The benches' shared plugin-vs-generic table (sm70ops.bench.print_comparison), on made-up rows:
-it runs without torch or a GPU."""
+"""The benches' shared plugin-vs-generic table (sm70ops.bench.print_comparison), with and without
+the floor columns, on made-up rows: it runs without torch or a GPU."""
 import types
 
-from sm70ops.bench import print_comparison
+from sm70ops.bench import Work, ceiling_for, floor_columns, print_comparison
 
 
 def row(key, plugin_ms, generic_ms, err, note=""):
@@ -35,4 +35,22 @@ def test_text_checks_show_as_text_and_count_nothing_without_a_limit(capsys):
     assert lines[1].split() == ["1024", "0.500", "2.000", "4.00x", "same"]
     assert lines[2].endswith("16.00x 3 near-tie rows, 1 MISMATCH")
     assert lines[3].split()[:3] == ["4096", "-", "8.000"]
+    assert lines[3].endswith("declined: ARCH: no SASS for this GPU")
+
+
+def test_floor_columns_follow_the_checks(capsys):
+    """A bench's checks then bench.floor_columns: the limit still reads the first check."""
+    rows = [row(8192, 0.2, 2.0, 1e-4), row(32768, 0.4, 8.0, 9e-3),
+            row(131072, None, 40.0, None, "ARCH: no SASS for this GPU")]
+    for r in rows:
+        r.work = Work(flops=64.5e9)
+    failed = print_comparison({"prompt": (8, lambda r: r.key)},
+                              {"rel-L2": (8, lambda r: r.err), **floor_columns(ceiling_for(90))},
+                              rows, 2e-3)
+    lines = capsys.readouterr().out.splitlines()
+    assert failed == 1
+    assert lines[0].endswith("rel-L2  TFLOP/s  floor ms  floor%  V100 floor ms")
+    assert lines[1].split() == ["8192", "0.200", "2.000", "10.00x", "1.00e-04", "322.5", "0.100",
+                                "50%", "0.516"]
+    assert lines[2].split()[-4:] == ["161.2", "0.100", "25%", "0.516"]
     assert lines[3].endswith("declined: ARCH: no SASS for this GPU")

@@ -106,8 +106,10 @@ def test_from_torch_strides_and_dtypes(torch):
 def test_from_torch_reinterpretations(torch):
     bits = torch.zeros((2, 3), dtype=torch.int64)
     assert dlpack.from_torch(bits, "uint64").tensor.dtype.code == _abi.DLDataTypeCode.kDLUInt
+    plain = dlpack.from_torch(bits).tensor.dtype  # int64 lengths: the check's to decline
+    assert (plain.code, plain.bits) == (_abi.DLDataTypeCode.kDLInt, 64)
     with pytest.raises(TypeError):
-        dlpack.from_torch(bits)  # int64 without the uint64 reading has no mapping
+        dlpack.from_torch(torch.zeros(2, dtype=torch.bool))  # no mapping at all
     with pytest.raises(TypeError):
         dlpack.from_torch(torch.zeros(2, dtype=torch.float64), "uint64")
     if hasattr(torch, "float8_e4m3fn"):

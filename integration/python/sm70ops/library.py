@@ -1,0 +1,257 @@
+"""torch.ops.sm70ops: the four ops as torch custom ops, callable inside compiled graphs.
+
+Importing this module (torch needed) registers them; a host then gives each CUDA device it
+serves its plugin context, once:
+
+    from sm70ops import Plugin, library
+    library.register_context(Plugin().context(device=0))
+    blocks, mask, count = torch.ops.sm70ops.qsa_index(q, None, k_index, qsl, seq_lens, table,
+                                                      2048, L, T, 4)   # topk, max L, max rows, c
+    o = torch.ops.sm70ops.qsa_attn(q, k_cache, v_cache, qsl, seq_lens, table, blocks, mask,
+                                   count, D**-0.5, L, T, gate)
+    prepared = torch.ops.sm70ops.nvfp4_moe_prepare(*experts)  # at load; empty when declined
+    y = torch.ops.sm70ops.nvfp4_moe(x, topk_ids, topk_weights, *experts, prepared)
+    library.paths  # Counter {(op, "plugin" or "generic: REASON"): calls}
+
+Each call takes the context registered for its tensors' CUDA device (or the one `using` sets on
+this thread), asks the plugin's capability check (host-only, microseconds) and runs the plugin on
+the device's current stream, or generic.py's torch path when there is no context or the check
+declines (CPU tensors never have one). `paths` counts which ran and why. The ops are functional:
+they allocate and return their outputs and mutate nothing. Shapes and dtypes as in ops.py and
+shared/spec/ops.md; qsa_index returns the expansion only (no topk_idx).
+
+Workspace: one uint8 buffer per device, owned here and grown when a call needs more. A captured
+CUDA graph holds its address, so it cannot grow during capture (that raises): run the function
+once before capturing it (a warm-up), or size it first with reserve_workspace(device, the
+check's workspace_bytes). A workspace a graph captured is kept for the life of the process.
+Only the plugin path can be captured: the generic one reads the varlen metadata on the host.
+`using` holds per thread; the contexts, workspaces and `paths` are shared, so calls on one device
+from two streams or threads must be ordered by the caller.
+"""
+import collections
+import contextlib
+import threading
+from typing import Optional
+
+import torch
+
+from . import generic, ops
+from .dlpack import uint64_dtype
+
+PLUGIN = "plugin"
+NO_CONTEXT = "generic: no plugin context"
+
+paths = collections.Counter()  # (op, PLUGIN or "generic: REASON") -> calls, every call here
+_contexts = {}  # CUDA device index -> the plugin Context its calls use
+_workspaces = {}  # CUDA device index -> uint8 tensor, the workspace of every call there
+_captured_workspaces = []  # workspaces a CUDA graph captured: never freed
+_local = threading.local()  # .scope: (context, counter) while `using` holds
+
+
+def register_context(ctx):
+    """Makes `ctx` the context of every call on CUDA device ctx.device; returns the context it
+    replaces, or None."""
+    previous = _contexts.get(ctx.device)
+    _contexts[ctx.device] = ctx
+    return previous
+
+
+def unregister_context(device):
+    """Sends CUDA device `device`'s calls to the generic path; returns its context, or None."""
+    return _contexts.pop(device, None)
+
+
+@contextlib.contextmanager
+def using(ctx, counter=None):
+    """Within the block, on this thread: every call uses `ctx` (None: the generic path) whatever
+    its device, and counts its decision in `counter` too. TorchOps's per-object context."""
+    saved = getattr(_local, "scope", None)
+    _local.scope = (ctx, counter)
+    try:
+        yield
+    finally:
+        _local.scope = saved
+
+
+def reserve_workspace(device, size):
+    """Grows CUDA device `device`'s workspace to at least `size` bytes (before a capture)."""
+    return _workspace(device, size)
+
+
+def _workspace(device, size):
+    """The device's workspace, replaced by a larger one when `size` bytes do not fit."""
+    workspace = _workspaces.get(device)
+    capturing = torch.cuda.is_current_stream_capturing()
+    if workspace is None or workspace.numel() < size:
+        if capturing:
+            raise RuntimeError(
+                f"sm70ops: the workspace of cuda:{device} must grow to {size} bytes during CUDA "
+                "graph capture; run the function once before capturing it, or call "
+                "library.reserve_workspace")
+        workspace = torch.empty(max(size, 1), dtype=torch.uint8,
+                                device=torch.device("cuda", device))
+        _workspaces[device] = workspace
+    if capturing and not any(w is workspace for w in _captured_workspaces):
+        _captured_workspaces.append(workspace)
+    return workspace
+
+
+def _route(device):
+    """(context or None, extra counter or None) of a call on torch device `device`."""
+    scope = getattr(_local, "scope", None)
+    if scope is not None:
+        return scope
+    return (_contexts.get(device.index) if device.type == "cuda" else None), None
+
+
+def _count(op, path, counter):
+    paths[op, path] += 1
+    if counter is not None:
+        counter[op, path] += 1
+
+
+def _accepted(op, device, args):
+    """(context, decision, counter) when the plugin takes `args` (an ops.py builder's result) of
+    a call on `device`; None, with the reason counted, when the generic path must run."""
+    ctx, counter = _route(device)
+    if ctx is None:
+        _count(op, NO_CONTEXT, counter)
+        return None
+    decision = ctx.check(op, args)
+    if not decision.accepted:
+        _count(op, f"generic: {decision.reason}", counter)
+        return None
+    return ctx, decision, counter
+
+
+def _execute(op, device, args, accepted):
+    """Runs an accepted call on the device's current stream with the context's workspace."""
+    ctx, decision, counter = accepted
+    size = decision.workspace_bytes
+    ctx.execute(op, args, torch.cuda.current_stream(device), _workspace(ctx.device, size), size)
+    _count(op, PLUGIN, counter)
+
+
+def _plugin_ran(op, device, args):
+    """Runs `op` on the plugin when it accepts; False (the reason counted) when it declines."""
+    accepted = _accepted(op, device, args)
+    if accepted is not None:
+        _execute(op, device, args, accepted)
+    return accepted is not None
+
+
+# Op 1: QSA index ---------------------------------------------------------------------------------
+
+
+def _selection(q, topk, compress_ratio, page_size, max_seq_len):
+    """Empty (sel_blocks [T, NB] int32, sel_mask [T, NB] uint64, sel_count [T] int32), NB =
+    generic.selection_width. Traced with a dynamic max_seq_len, its min() is a guard: a graph
+    recompiles once when the context's pages outgrow the budget's."""
+    rows = q.shape[0]
+    nb = generic.selection_width(topk, compress_ratio, page_size, max_seq_len)
+    return (q.new_empty((rows, nb), dtype=torch.int32),
+            q.new_empty((rows, nb), dtype=uint64_dtype()),
+            q.new_empty((rows,), dtype=torch.int32))
+
+
+@torch.library.custom_op("sm70ops::qsa_index", mutates_args=())
+def qsa_index(q: torch.Tensor, weights: Optional[torch.Tensor], k_index: torch.Tensor,
+              query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
+              topk: int, max_seq_len: int, max_query_len: int,
+              compress_ratio: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Op 1's expansion at the caches' page size P = k_index.shape[1] * compress_ratio:
+    (sel_blocks [T, NB] int32, sel_mask [T, NB] uint64, sel_count [T] int32), NB =
+    generic.selection_width(topk, c, P, max_seq_len). weights None: the weight-free indexer."""
+    page = k_index.shape[1] * compress_ratio
+    sel = _selection(q, topk, compress_ratio, page, max_seq_len)
+    args = ops.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk=topk,
+                         max_seq_len=max_seq_len, max_query_len=max_query_len,
+                         compress_ratio=compress_ratio, sel_blocks=sel[0], sel_mask=sel[1],
+                         sel_count=sel[2])
+    if _plugin_ran("qsa_index", q.device, args):
+        return sel
+    result = generic.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk,
+                               sel[0].shape[1], compress_ratio)
+    return result.sel_blocks, result.sel_mask, result.sel_count
+
+
+@qsa_index.register_fake
+def _qsa_index_fake(q, weights, k_index, query_start_loc, seq_lens, block_table, topk,
+                    max_seq_len, max_query_len, compress_ratio=1):
+    return _selection(q, topk, compress_ratio, k_index.shape[1] * compress_ratio, max_seq_len)
+
+
+# Op 2: QSA selected attention --------------------------------------------------------------------
+
+
+@torch.library.custom_op("sm70ops::qsa_attn", mutates_args=())
+def qsa_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
+             sel_blocks: torch.Tensor, sel_mask: torch.Tensor, sel_count: torch.Tensor,
+             sm_scale: float, max_seq_len: int, max_query_len: int,
+             gate: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Op 2 over qsa_index's expansion at the caches' page size: out [T, Hq, D] fp16, times
+    sigmoid(gate) when a gate [T, Hq, D] is given."""
+    out = q.new_empty(q.shape, dtype=torch.float16)
+    args = ops.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_blocks,
+                        sel_mask, sel_count, out, sm_scale=sm_scale, max_seq_len=max_seq_len,
+                        max_query_len=max_query_len, gate=gate)
+    if _plugin_ran("qsa_attn", q.device, args):
+        return out
+    return generic.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table,
+                            sel_blocks, sel_mask, sel_count, sm_scale, gate)[0]
+
+
+@qsa_attn.register_fake
+def _qsa_attn_fake(q, *_, **__):
+    return q.new_empty(q.shape, dtype=torch.float16)
+
+
+# Op 3: grouped NVFP4 MoE, and op 4, its one-time repack ------------------------------------------
+
+
+@torch.library.custom_op("sm70ops::nvfp4_moe_prepare", mutates_args=())
+def nvfp4_moe_prepare(w13: torch.Tensor, w13_scale: torch.Tensor, w13_scale_2: torch.Tensor,
+                      w2: torch.Tensor, w2_scale: torch.Tensor,
+                      w2_scale_2: torch.Tensor) -> torch.Tensor:
+    """Op 4 on the checkpoint experts: the repacked bytes [output_bytes] uint8, or an empty
+    tensor when the plugin declines (nvfp4_moe then reads the checkpoint layout)."""
+    experts = (w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2)
+    accepted = _accepted("nvfp4_moe_prepare", w13.device, ops.nvfp4_moe_prepare(experts))
+    if accepted is None:
+        return w13.new_empty((0,), dtype=torch.uint8)
+    prepared = w13.new_empty((accepted[1].output_bytes,), dtype=torch.uint8)
+    _execute("nvfp4_moe_prepare", w13.device, ops.nvfp4_moe_prepare(experts, prepared), accepted)
+    return prepared
+
+
+@nvfp4_moe_prepare.register_fake
+def _nvfp4_moe_prepare_fake(w13, *_):
+    size = torch.library.get_ctx().new_dynamic_size()  # the plugin's, or 0: known at run time
+    return w13.new_empty((size,), dtype=torch.uint8)
+
+
+@torch.library.custom_op("sm70ops::nvfp4_moe", mutates_args=())
+def nvfp4_moe(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+              w13: torch.Tensor, w13_scale: torch.Tensor, w13_scale_2: torch.Tensor,
+              w2: torch.Tensor, w2_scale: torch.Tensor, w2_scale_2: torch.Tensor,
+              prepared: Optional[torch.Tensor] = None, w13_dense: Optional[torch.Tensor] = None,
+              w2_dense: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Op 3: out [T, H] fp16 (a partial sum at TP > 1). prepared: nvfp4_moe_prepare's output
+    (empty or None: the checkpoint layout). w13_dense, w2_dense: the host's fp16 copy of the
+    experts (generic.dequantize_experts) for the generic path, else it dequantizes per call."""
+    experts = (w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2)
+    if prepared is not None and prepared.numel() == 0:
+        prepared = None
+    out = x.new_empty(x.shape, dtype=torch.float16)
+    if _plugin_ran("nvfp4_moe", x.device,
+                   ops.nvfp4_moe(x, topk_ids, topk_weights, experts, out, prepared)):
+        return out
+    if w13_dense is not None and w2_dense is not None:
+        return generic.moe_dense(x, topk_ids, topk_weights, w13_dense, w2_dense)
+    return generic.nvfp4_moe(x, topk_ids, topk_weights, *experts)
+
+
+@nvfp4_moe.register_fake
+def _nvfp4_moe_fake(x, *_, **__):
+    return x.new_empty(x.shape, dtype=torch.float16)
