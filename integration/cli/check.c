@@ -16,6 +16,7 @@ typedef struct check_options {
 static const char *const kHeader[] = {"op",       "TP",    "page",      "prefill", "rows x keys",
                                       "decision", "route", "workspace", "reason",  "message"};
 enum { kColumns = sizeof(kHeader) / sizeof(kHeader[0]) };
+_Static_assert(kTableMaxRows >= 1 + kModelMaxCases, "the table holds a header and every case");
 
 /* The decisions so far, for the summary line. */
 typedef struct tally {
@@ -37,14 +38,24 @@ static int parse_value(int option, const char *text, check_options *o) {
     case 'c':
       return cli_parse_int(text, 1, 999, &o->compute_capability);
     case 't':
-      return cli_parse_int(text, 1, 1024, &o->tp) && one_of(o->tp, &o->model->tp_sizes);
+      return cli_parse_int(text, 1, INT32_MAX, &o->tp) && one_of(o->tp, &o->model->tp_sizes);
     case 'p':
-      return cli_parse_int(text, 1, 1024, &o->page_size) &&
+      return cli_parse_int(text, 1, INT32_MAX, &o->page_size) &&
              one_of(o->page_size, &o->model->page_sizes);
     case 'd':
       return cli_parse_int(text, 0, 1023, &o->device);
   }
   return 0;
+}
+
+/* For --tp and --page, the values the plan (models.txt) allows: " (the plan's: 1, 2, 4, 8)". */
+static void print_plan_values(int option, const model_table *model) {
+  if (option != 't' && option != 'p') return;
+  const model_list *list = option == 't' ? &model->tp_sizes : &model->page_sizes;
+  for (int32_t i = 0; i < list->count; ++i) {
+    fprintf(stderr, "%s%d", i == 0 ? " (the plan's: " : ", ", list->values[i]);
+  }
+  fprintf(stderr, ")");
 }
 
 static int parse_options(int argc, char **argv, check_options *o) {
@@ -57,7 +68,9 @@ static int parse_options(int argc, char **argv, check_options *o) {
   for (int option; (option = getopt_long(argc, argv, "", kOptions, &index)) != -1;) {
     if (option == '?') return 0; /* getopt_long said why */
     if (!parse_value(option, optarg, o)) {
-      fprintf(stderr, "sm70ops check: bad value '%s' for --%s\n", optarg, kOptions[index].name);
+      fprintf(stderr, "sm70ops check: bad value '%s' for --%s", optarg, kOptions[index].name);
+      print_plan_values(option, o->model);
+      fprintf(stderr, "\n");
       return 0;
     }
   }
@@ -75,11 +88,15 @@ static void tally_add(tally *t, const sm70ops_decision *d) {
   }
 }
 
-/* A plan cell: the value, or "all" where it does not change the op's descriptor. */
-static const char *plan_cell(int32_t value, const char *format, int32_t divisor, char *out,
-                             size_t out_bytes) {
+/* A plan cell: the value ("32K" for 32768 if `kilo`, where 1024 divides it), or "all" where it
+ * does not change the op's descriptor. */
+static const char *plan_cell(int32_t value, int kilo, char *out, size_t out_bytes) {
   if (value == 0) return "all";
-  snprintf(out, out_bytes, format, value / divisor);
+  if (kilo && value % 1024 == 0) {
+    snprintf(out, out_bytes, "%dK", value / 1024);
+  } else {
+    snprintf(out, out_bytes, "%d", value);
+  }
   return out;
 }
 
@@ -93,9 +110,9 @@ static void check_one(sm70ops_host *h, const check_options *o, const model_case 
   char workspace[32] = "-";
   if (d.accepted) cli_format_bytes(d.workspace_bytes, workspace, sizeof(workspace));
   const char *cells[kColumns] = {sm70ops_host_op_name(c->op),
-                                 plan_cell(c->tp, "%d", 1, tp, sizeof(tp)),
-                                 plan_cell(c->page_size, "%d", 1, page, sizeof(page)),
-                                 plan_cell(c->prefill, "%dK", 1024, prefill, sizeof(prefill)),
+                                 plan_cell(c->tp, 0, tp, sizeof(tp)),
+                                 plan_cell(c->page_size, 0, page, sizeof(page)),
+                                 plan_cell(c->prefill, 1, prefill, sizeof(prefill)),
                                  call.work,
                                  d.accepted ? "accept" : "decline",
                                  d.accepted ? sm70ops_host_route_name(d.route) : "-",
@@ -165,6 +182,12 @@ int cli_check(const cli_globals *globals, int argc, char **argv) {
   print_setting(h, &o);
   model_case cases[kModelMaxCases];
   const int32_t count = model_plan(o.model, o.tp, o.page_size, cases);
+  if (count < 0) {
+    fprintf(stderr, "sm70ops check: %s: [plan] gives more than the %d cases check holds\n",
+            kModelsPath, kModelMaxCases);
+    sm70ops_host_close(h);
+    return kExitError;
+  }
   static cli_table table; /* 160 KB: not on the stack */
   table_init(&table, kHeader, kColumns);
   tally t = {0};

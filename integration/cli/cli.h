@@ -11,7 +11,8 @@
 /* Documented in the usage text (main.c). */
 enum {
   kExitOk = 0,
-  kExitError = 1,  /* the plugin could not be loaded or queried */
+  kExitError = 1,  /* the plugin could not be loaded or queried, or the embedded models.txt is
+                      broken (the tool printed why) */
   kExitUsage = 64, /* bad command line (sysexits.h EX_USAGE) */
 };
 

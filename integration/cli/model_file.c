@@ -270,10 +270,72 @@ static void complete_shapes(model_table *t) {
   }
 }
 
-int model_file_parse(const char *text, const char *path, model_table *out, char *error,
-                     size_t error_bytes) {
+/* The text ends at its NUL terminator, not at a NUL byte inside it. */
+static int check_no_nul(parser *p, const char *text, size_t text_bytes) {
+  const size_t n = strlen(text);
+  if (n == text_bytes) return 1;
+  int32_t line = 1;
+  for (size_t i = 0; i < n; ++i) line += text[i] == '\n';
+  return fail(p, line, "line holds a NUL byte");
+}
+
+/* Every size positive (shared_inter may be 0), as check divides by and plans with them. */
+static int check_positive(parser *p, const section *s) {
+  for (int32_t k = 0; k < s->key_count; ++k) {
+    const key_spec *key = &s->keys[k];
+    if (key->kind != kInt || strcmp(key->key, "shared_inter") == 0) continue;
+    if (*(const int32_t *)(const void *)(s->base + key->offset) <= 0) {
+      return fail(p, s->line, "[%s] %s must be positive", s->header, key->key);
+    }
+  }
+  return 1;
+}
+
+/* c divides every page (index keys per page) and B (whole groups). */
+static int check_compress_ratio(parser *p, const section *s) {
+  const model_list *pages = &p->out->page_sizes;
+  const model_shape *m = (const model_shape *)(const void *)s->base;
+  for (int32_t i = 0; i < pages->count; ++i) {
+    if (pages->values[i] % m->compress_ratio != 0) {
+      return fail(p, s->line, "[%s] compress_ratio %d does not divide page size %d", s->header,
+                  m->compress_ratio, pages->values[i]);
+    }
+  }
+  if (m->index_topk % m->compress_ratio != 0) {
+    return fail(p, s->line, "[%s] compress_ratio %d does not divide index_topk %d", s->header,
+                m->compress_ratio, m->index_topk);
+  }
+  return 1;
+}
+
+/* The values check plans with: sizes of each section in the file's order, then each model's c,
+ * then the prompts against the served model's context. */
+static int check_values(parser *p) {
+  for (int32_t i = 0; i < p->section_count; ++i) {
+    if (!check_positive(p, &p->sections[i])) return 0;
+  }
+  for (int32_t i = 0; i < p->section_count; ++i) {
+    const section *s = &p->sections[i];
+    if (s->keys == kShapeKeys && !check_compress_ratio(p, s)) return 0;
+  }
+  const section *plan = find_section(p, "plan");
+  const model_list *prompts = &p->out->prefill_lengths;
+  const section *served = find_section(p, "shapes model");
+  const int32_t max_context = ((const model_shape *)(const void *)served->base)->max_context;
+  for (int32_t i = 0; i < prompts->count; ++i) {
+    if (prompts->values[i] > max_context) {
+      return fail(p, plan->line, "[plan] prefill length %d exceeds [shapes model] max_context %d",
+                  prompts->values[i], max_context);
+    }
+  }
+  return 1;
+}
+
+int model_file_parse(const char *text, size_t text_bytes, const char *path, model_table *out,
+                     char *error, size_t error_bytes) {
   parser p = {.path = path, .out = out, .error = error, .error_bytes = error_bytes};
   *out = (model_table){0};
+  if (!check_no_nul(&p, text, text_bytes)) return 0;
   for (const char *at = text;;) {
     const char *end = strchr(at, '\n');
     ++p.line;
@@ -281,7 +343,7 @@ int model_file_parse(const char *text, const char *path, model_table *out, char 
     if (end == NULL) break;
     at = end + 1;
   }
-  if (!check_complete(&p)) return 0;
+  if (!check_complete(&p) || !check_values(&p)) return 0;
   complete_shapes(out);
   return 1;
 }

@@ -1,7 +1,7 @@
 /* models.txt (integration/python/sm70ops/models.txt): the served model's shapes and what check
  * plans, the one copy both front ends read. The build embeds the file (BUILD: models_text); this
  * parser accepts exactly what the Python package's does (sm70ops/model.py, parse_models), with the
- * same messages, within the capacities below. */
+ * same messages, within the capacities below (which parse_models mirrors). */
 #ifndef SM70OPS_INTEGRATION_CLI_MODEL_FILE_H_
 #define SM70OPS_INTEGRATION_CLI_MODEL_FILE_H_
 
@@ -54,13 +54,16 @@ typedef struct model_table {
   model_shape shapes[kModelMaxShapes];
 } model_table;
 
-/* Parses models.txt's `text` into *out. Returns 1, or 0 with "PATH:LINE: what is wrong" (`path`
- * as given) in `error` when the text departs from the format (described at the file's top). */
-int model_file_parse(const char *text, const char *path, model_table *out, char *error,
-                     size_t error_bytes);
+/* Parses models.txt's `text_bytes` bytes at `text` (NUL-terminated after them) into *out. Returns
+ * 1, or 0 with "PATH:LINE: what is wrong" (`path` as given) in `error` when the text departs from
+ * the format (described at the file's top), holds a NUL byte or gives sizes check cannot plan. */
+int model_file_parse(const char *text, size_t text_bytes, const char *path, model_table *out,
+                     char *error, size_t error_bytes);
 
-/* The file the build embedded, NUL-terminated, and its path in the source tree (generated). */
+/* The file the build embedded, NUL-terminated, its length without that NUL, and its path in the
+ * source tree (generated). */
 extern const char kModelsText[];
+extern const size_t kModelsTextBytes;
 extern const char kModelsPath[];
 
 #endif /* SM70OPS_INTEGRATION_CLI_MODEL_FILE_H_ */

@@ -17,19 +17,30 @@ extern "C" {
 
 namespace {
 
-// A minimal valid file, which the Python package's test reads too (a runfile of this test).
-std::string GoodText() {
-  std::ifstream file("integration/python/tests/tiny_models.txt");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 // Parses `text`; the error message, or "" when it parsed.
 std::string ParseError(const std::string &text, model_table *table) {
   char error[512] = "";
-  return model_file_parse(text.c_str(), "models.txt", table, error, sizeof(error)) ? "" : error;
+  return model_file_parse(text.c_str(), text.size(), "models.txt", table, error, sizeof(error))
+             ? ""
+             : error;
 }
+
+// Reads the minimal valid file, which the Python package's test reads too (a runfile of this
+// test), into good_text_.
+class ModelFileText : public testing::Test {
+ protected:
+  void SetUp() override {
+    const char *path = "integration/python/tests/tiny_models.txt";
+    std::ifstream file(path);
+    ASSERT_TRUE(file.is_open()) << "cannot open the runfile " << path;
+    std::stringstream text;
+    text << file.rdbuf();
+    good_text_ = text.str();
+    ASSERT_FALSE(good_text_.empty()) << path << " is empty";
+  }
+
+  std::string good_text_;
+};
 
 TEST(ModelFile, EmbeddedFileHoldsTheModelAndItsPlan) {
   const model_table *t = model_table_get();
@@ -52,9 +63,9 @@ TEST(ModelFile, EmbeddedFileHoldsTheModelAndItsPlan) {
   EXPECT_EQ(model_plan(t, 4, 64, cases), 4 + 4 + 2);
 }
 
-TEST(ModelFile, MinimalFileParses) {
+TEST_F(ModelFileText, MinimalFileParses) {
   model_table t;
-  ASSERT_EQ(ParseError(GoodText(), &t), "");
+  ASSERT_EQ(ParseError(good_text_, &t), "");
   EXPECT_EQ(t.shape_count, 1);
   EXPECT_STREQ(t.shapes[0].name, "Tiny Model");
   EXPECT_EQ(t.tp_sizes.count, 2);
@@ -62,8 +73,14 @@ TEST(ModelFile, MinimalFileParses) {
   EXPECT_EQ(t.shapes[0].tp, 1);
 }
 
+// `text` with the first `from` replaced by `to`; a failure, and `text` as is, when it lacks `from`.
 std::string Replace(std::string text, const std::string &from, const std::string &to) {
-  return text.replace(text.find(from), from.size(), to);
+  const size_t at = text.find(from);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "the text lacks '" << from << "'";
+    return text;
+  }
+  return text.replace(at, from.size(), to);
 }
 
 // The number of the last line of `text` that is `needle`.
@@ -87,7 +104,13 @@ std::function<std::string(const std::string &)> Replacing(std::string from, std:
   return [from, to](const std::string &t) { return Replace(t, from, to); };
 }
 
-TEST(ModelFile, BrokenFileIsRefusedSayingWhere) {
+TEST_F(ModelFileText, BrokenFileIsRefusedSayingWhere) {
+  const std::string kNulLine(
+      "hidden = 2\0"
+      "56",
+      12);
+  const std::string kLongName = "name = " + std::string(48, 'x');
+  const std::string kLongLine = "# " + std::string(254, 'x');
   const std::vector<Broken> broken = {
       {Replacing("hidden = 256", "hidden = 256\nhidden = 512"),
        "key 'hidden' given twice in [shapes model]", "hidden = 512"},
@@ -115,13 +138,34 @@ TEST(ModelFile, BrokenFileIsRefusedSayingWhere) {
       {[](const std::string &t) { return "x = 1\n" + t; }, "key = value before any section",
        "x = 1"},
       {Replacing("[shapes model]", "[shapes other]"), "no [shapes model] section", ""},
-      // The tool's capacities, which the Python parser does not have.
+      {Replacing("hidden = 256", kNulLine), "line holds a NUL byte", kNulLine},
+      // Values check cannot plan with.
+      {Replacing("hidden = 256", "hidden = 0"), "[shapes model] hidden must be positive",
+       "[shapes model]"},
+      {Replacing("compress_ratio = 4", "compress_ratio = 0"),
+       "[shapes model] compress_ratio must be positive", "[shapes model]"},
+      {Replacing("chunk_rows = 8192", "chunk_rows = 0"), "[plan] chunk_rows must be positive",
+       "[plan]"},
+      {Replacing("compress_ratio = 4", "compress_ratio = 3"),
+       "[shapes model] compress_ratio 3 does not divide page size 64", "[shapes model]"},
+      {Replacing("index_topk = 512", "index_topk = 510"),
+       "[shapes model] compress_ratio 4 does not divide index_topk 510", "[shapes model]"},
+      {Replacing("prefill_lengths = 8192", "prefill_lengths = 8192 16384"),
+       "[plan] prefill length 16384 exceeds [shapes model] max_context 8192", "[plan]"},
+      // The tool's capacities (model_file.h), which the Python parser mirrors.
       {Replacing("tp_sizes = 1 2", "tp_sizes = 1 2 3 4 5 6 7 8 9"), "more than 8 values",
        "tp_sizes = 1 2 3 4 5 6 7 8 9"},
+      {[](const std::string &t) { return t + "[shapes a]\n[shapes b]\n[shapes c]\n[shapes d]\n"; },
+       "more than 4 [shapes] sections", "[shapes d]"},
+      {[](const std::string &t) { return t + "[shapes abcdefghijklmnop]\n"; },
+       "id 'abcdefghijklmnop' longer than 15 characters", "[shapes abcdefghijklmnop]"},
+      {Replacing("name = Tiny Model", kLongName), "name longer than 47 characters", kLongName},
+      {[&](const std::string &t) { return kLongLine + "\n" + t; },
+       "line longer than 255 characters", kLongLine},
   };
   for (const Broken &b : broken) {
     SCOPED_TRACE(b.message);
-    const std::string text = b.breaking(GoodText());
+    const std::string text = b.breaking(good_text_);
     const std::string where =
         b.line.empty() ? "models.txt" : "models.txt:" + std::to_string(LineOf(text, b.line));
     model_table t;

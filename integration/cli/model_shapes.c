@@ -4,26 +4,21 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The cases model_plan gives without restriction: the index per page size and prompt, the
- * attention per TP size, page size and prompt, both MoE ops per TP size. */
-static int32_t plan_size(const model_table *t) {
-  const int32_t tps = t->tp_sizes.count, pages = t->page_sizes.count;
-  const int32_t prompts = t->prefill_lengths.count;
-  return pages * prompts + tps * pages * prompts + 2 * tps;
-}
-
 const model_table *model_table_get(void) {
   static model_table table;
   static int parsed; /* 1: table holds the file; -1: it did not parse */
   if (parsed == 0) {
     char error[512];
-    parsed = model_file_parse(kModelsText, kModelsPath, &table, error, sizeof(error)) ? 1 : -1;
-    if (parsed < 0) {
+    model_case cases[kModelMaxCases];
+    parsed = -1;
+    if (!model_file_parse(kModelsText, kModelsTextBytes, kModelsPath, &table, error,
+                          sizeof(error))) {
       fprintf(stderr, "sm70ops: %s\n", error);
-    } else if (plan_size(&table) > kModelMaxCases) {
-      fprintf(stderr, "sm70ops: %s: [plan] gives %d cases, more than the %d check holds\n",
-              kModelsPath, plan_size(&table), kModelMaxCases);
-      parsed = -1;
+    } else if (model_plan(&table, 0, 0, cases) < 0) {
+      fprintf(stderr, "sm70ops: %s: [plan] gives more than the %d cases check holds\n", kModelsPath,
+              kModelMaxCases);
+    } else {
+      parsed = 1;
     }
   }
   return parsed > 0 ? &table : NULL;
@@ -46,15 +41,18 @@ model_shape model_shape_for(const model_shape *m, int32_t tp, int32_t page_size)
   return s;
 }
 
-/* Appends the cases of `op` over the TP sizes, page sizes and prompts that change it. */
+/* Appends the cases of `op` over the TP sizes, page sizes and prompts that change it to out[0..n);
+ * returns the new count, or -1 past kModelMaxCases (or when n is already -1). */
 static int32_t add_cases(const model_table *t, sm70ops_op op, const model_case *only,
                          const model_case *by, model_case *out, int32_t n) {
+  if (n < 0) return n;
   const model_list *tps = &t->tp_sizes, *pages = &t->page_sizes, *prompts = &t->prefill_lengths;
   for (int32_t i = 0; i < (by->tp ? tps->count : 1); ++i) {
     if (by->tp && only->tp != 0 && tps->values[i] != only->tp) continue;
     for (int32_t j = 0; j < (by->page_size ? pages->count : 1); ++j) {
       if (by->page_size && only->page_size != 0 && pages->values[j] != only->page_size) continue;
       for (int32_t k = 0; k < (by->prefill ? prompts->count : 1); ++k) {
+        if (n == kModelMaxCases) return -1;
         out[n++] = (model_case){.op = op,
                                 .tp = by->tp ? tps->values[i] : 0,
                                 .page_size = by->page_size ? pages->values[j] : 0,
@@ -80,7 +78,7 @@ int32_t model_plan(const model_table *t, int32_t tp, int32_t page_size,
 
 /* The last chunk of the prompt, one request: its rows see the whole prompt so far. */
 static sm70ops_desc_batch last_chunk(const model_shape *m, int32_t prefill) {
-  const int64_t pages = (prefill + m->page_size - 1) / m->page_size;
+  const int64_t pages = ((int64_t)prefill + m->page_size - 1) / m->page_size;
   /* A width of op 1's expansion that always suffices (ops.md): min(B/c + 1, ceil(L / P)), the
    * + 1 the tail's page (c = 1 has no tail). */
   const int64_t groups = m->index_topk / m->compress_ratio + (m->compress_ratio > 1);

@@ -36,7 +36,7 @@ typedef struct model_case {
 enum { kModelMaxCases = 64 };
 
 /* check's cases of the served model op by op (restricted to one TP size or page size when
- * nonzero) into out[0..n); returns n. */
+ * nonzero) into out[0..n); returns n, or -1 when the plan has more than kModelMaxCases. */
 int32_t model_plan(const model_table *t, int32_t tp, int32_t page_size,
                    model_case out[kModelMaxCases]);
 

@@ -7,7 +7,8 @@
 
 #include "abi/sm70ops.h"
 
-enum { kTableMaxColumns = 10, kTableMaxRows = 64, kTableCellBytes = SM70OPS_MESSAGE_BYTES };
+/* kTableMaxRows: a header and check's kModelMaxCases rows (check.c asserts it). */
+enum { kTableMaxColumns = 10, kTableMaxRows = 65, kTableCellBytes = SM70OPS_MESSAGE_BYTES };
 
 typedef struct cli_table {
   int32_t columns;

@@ -1,5 +1,6 @@
 #include "integration/host/sm70ops_desc.h"
 
+#include <assert.h>
 #include <string.h>
 
 static const DLDataType kF16 = {kDLFloat, 16, 1};
@@ -12,6 +13,7 @@ static const DLDataType kU64 = {kDLUInt, 64, 1};
 enum { kNvfp4Block = 16 };
 
 void sm70ops_desc_stride(sm70ops_desc_tensor *t, int32_t dim, int64_t stride) {
+  assert(dim >= 0 && dim <= SM70OPS_DESC_MAX_RANK); /* shape and strides hold the spare entry */
   t->strides[dim] = stride;
   for (int32_t d = dim - 1; d >= 0; --d) {
     t->strides[d] = t->strides[d + 1] * (t->shape[d + 1] > 1 ? t->shape[d + 1] : 1);
@@ -19,6 +21,7 @@ void sm70ops_desc_stride(sm70ops_desc_tensor *t, int32_t dim, int64_t stride) {
 }
 
 void sm70ops_desc_resize(sm70ops_desc_tensor *t, int32_t dim, int64_t size) {
+  assert(dim >= 0 && dim <= SM70OPS_DESC_MAX_RANK); /* shape and strides hold the spare entry */
   t->shape[dim] = size;
   sm70ops_desc_stride(t, t->tensor.ndim - 1, 1);
 }
@@ -26,6 +29,8 @@ void sm70ops_desc_resize(sm70ops_desc_tensor *t, int32_t dim, int64_t size) {
 /* Appends a dense tensor and points `field` at it. */
 static void add_tensor(sm70ops_desc_call *call, const char *name, const DLTensor **field,
                        DLDataType dtype, int32_t ndim, const int64_t *shape, int32_t device) {
+  assert(call->tensor_count < SM70OPS_DESC_MAX_TENSORS);
+  assert(ndim > 0 && ndim <= SM70OPS_DESC_MAX_RANK);
   sm70ops_desc_tensor *t = &call->tensors[call->tensor_count++];
   *t = (sm70ops_desc_tensor){.name = name, .field = field};
   for (int32_t d = 0; d <= SM70OPS_DESC_MAX_RANK; ++d) {

@@ -95,8 +95,9 @@ struct Config {
   static constexpr int kWarpM = kTileM / kWarpsM;  // 16, 32 or 64 rows per warp
   static constexpr int kFragsM = kWarpM / kFrag;
   static constexpr int kAChunks = kTileM * kTileK / 8 / kThreads;  // 16-byte A loads per thread
-  // K steps of 16 unrolled in the MMA loop: all four where the registers allow it (a 64-row
-  // tile at two blocks per SM would spill, and was 13% slower at T 2048); 5-7% faster on an H200.
+  // K steps of 16 unrolled in the MMA loop, so that the next step's fragment loads overlap this
+  // step's MMAs: all four where the registers allow it, none in the 64-row tile, which would
+  // spill at two blocks per SM (the gain, 5-7%, was measured on an H200 only).
   static constexpr int kUnrollK = kTileM == kWideTileM ? 1 : kTileK / kFrag;
   // Whether the tile runs partial N tiles (WarpShare). The 64-row tile, at its register limit,
   // does not: small_entry runs it there as two 32-row tiles.

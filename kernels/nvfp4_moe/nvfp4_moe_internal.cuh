@@ -48,10 +48,9 @@ constexpr int kScanThreads = kMaxExperts;  // one per expert
 //     more than 64 remain, the last 64 or fewer in one 64- or 32-row (small) tile. A big tile
 //     decodes each weight once per 128 rows and its warps hold 64 x 64 (16 accumulators: a third
 //     fewer fragment loads per MMA than 32 x 64), at the price of one block of 8 warps per SM
-//     (about 240 registers a thread on sm_70; 3-4% faster than 64-row tiles alone on an H200
-//     at TP1). Small tiles keep
-//     two blocks per SM; a 32-row remainder in a 64-row tile would double its MMAs (at T 8192, 160
-//     rows per expert, half the experts end in one).
+//     (about 240 registers a thread on sm_70; 3-4% faster than 64-row tiles alone on an H200 at
+//     TP1). Small tiles keep two blocks per SM; a 32-row remainder in a 64-row tile would double
+//     its MMAs (at T 8192, 160 rows per expert, half the experts end in one).
 //   - Single-buffered shared memory with register prefetch: the next K tile's global loads are in
 //     flight during this tile's MMAs; a second shared buffer would cost the second block per SM.
 constexpr int kThreads = 256;  // 8 warps: 2 along M x 4 along N

@@ -15,7 +15,7 @@ is measured and printed.
 
 Per prompt: plugin and generic ms (CUDA-event medians), their rel-L2 and the roofline floor
 (attn_work: QK and PV over the selected tokens; K and V of the context once a chunk, q, gate, out,
-lse, selection; bench.py); then, for each row-tile height, the K/V bytes a tile gathers per row
+selection; bench.py); then, for each row-tile height, the K/V bytes a tile gathers per row
 (the union of its rows' tokens, once) against the floor's bytes per row, and the time those bytes
 take at the copy bandwidth measured in the same run and at a V100's (bench.V100). The
 height this build runs (check()'s message) carries the kernel's time; measurement builds that run
@@ -25,7 +25,7 @@ import dataclasses
 import math
 import re
 
-from . import model, ops
+from . import generic, model, ops
 from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, V100, Work, ceilings_line, cuda_torch,
                     device_ceiling, floor_columns, median_ms, print_comparison)
 from .plugin import Plugin
@@ -183,8 +183,9 @@ def _generic(torch, q, gate, k_cache, v_cache, table, tokens, sm_scale):
 def attn_work(s, selected, end, nb, rows):
     """The floor's work of a chunk of `rows` rows ending at position end - 1 whose token sets
     hold `selected` tokens in all: FLOPs, QK and PV of every query head over its row's tokens;
-    bytes, q, gate, out (fp16), lse (fp32), the selection and K and V of the context once."""
-    heads = rows * s.q_heads * (s.head_dim * 2 * (3 if s.attention_gate else 2) + 4)
+    bytes, q, gate, out (fp16), the selection and K and V of the context once (no lse: the bench
+    asks for none)."""
+    heads = rows * s.q_heads * s.head_dim * 2 * (3 if s.attention_gate else 2)
     return Work(flops=4.0 * selected * s.q_heads * s.head_dim,
                 bytes=heads + rows * (nb * 12 + 4) + end * s.kv_heads * s.head_dim * 4)
 
@@ -212,7 +213,7 @@ def _measure_chunk(torch, ctx, p, selector, end):
     lengths = torch.arange(end - rows + 1, end + 1, device="cuda")
     tokens = selector.tokens(lengths)
     masks = page_masks(torch, tokens, -(-end // s.page_size), s.page_size)
-    nb = min(s.index_topk // s.compress_ratio + (s.compress_ratio > 1), masks.shape[1])
+    nb = generic.selection_width(s.index_topk, s.compress_ratio, s.page_size, end)
     blocks, bits, count = expansion(torch, masks, nb)
     heights = sorted(set(TILE_ROWS) | {min(m // (s.q_heads // s.kv_heads), MAX_TILE_ROWS)
                                        for m in KERNEL_MMA_ROWS})
@@ -304,7 +305,7 @@ def main(opts):
     m = model.MODELS[getattr(opts, "shapes", "model")]
     device = torch.cuda.current_device()
     tbytes_s, ceiling = copy_tbytes_s(torch), device_ceiling(torch, device)
-    rows, built = [], None
+    rows, built = [], set()
     with Plugin(opts.library) as plugin, plugin.context(device) as ctx:
         for page in model.PAGE_SIZES[::-1]:
             shape = model.shape(TP, page, m)
@@ -315,12 +316,14 @@ def main(opts):
                   f"{RUN}; chunks of {model.CHUNK_ROWS} rows; copy {tbytes_s:.2f} TB/s (measured)")
             for prompt in PROMPTS:
                 last, whole, d = _measure_prompt(torch, ctx, shape, prompt)
-                built = built or kernel_rows(d)
+                tile = kernel_rows(d)
+                built |= {tile} - {None}
                 whole_too = whole is not None and whole.chunks > 1  # else the last chunk is all
                 for r in (last, whole) if whole_too else (last,):
                     rows.append(r)
-                    print_gathered(r, tbytes_s, built, shape)
-    print(f"this build: {built}-row tiles" if built else "this build: tile height not reported")
+                    print_gathered(r, tbytes_s, tile, shape)
+    print(f"this build: {', '.join(map(str, sorted(built)))}-row tiles" if built
+          else "this build: tile height not reported")
     failed = print_comparison(
         {"prompt": (16, _label), "P": (3, lambda r: r.page),
          "Jaccard": (8, lambda r: f"{r.overlap:.2f}")},

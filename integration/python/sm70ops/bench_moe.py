@@ -4,7 +4,9 @@ run, with the roofline floor.
 The model's routed experts (E 512, top-10, H 2560) at the TP4 (I 160) and TP1 (I 640) ranks, or
 with --shapes v1 contract version 1's (H 2048, I 128 and 512); T tokens with random routing. The
 plugin runs on prepared weights (op 4 is timed once per rank, as a host runs it at load: check,
-allocation, repack), and on the checkpoint layout for comparison; the generic path is
+allocation, repack), and on the checkpoint layout for comparison, its args, check, workspace
+and output made once per case so that the timing covers ctx.execute alone (as bench_index's and
+bench_attn's); the generic path is
 generic.moe_dense on the fp16 copy of the experts a host without the plugin makes at load (3.6x
 the NVFP4 bytes). Both are compared with generic.nvfp4_moe (fp32 on the dequantized weights); the
 plugin's error is held to ops.md's gate.
@@ -20,7 +22,7 @@ implementation's, not the floor's).
 """
 import dataclasses
 
-from . import generic, model
+from . import generic, model, ops
 from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, Work, ceilings_line, cuda_torch,
                     device_ceiling, floor_columns, median_ms, ms_cell, print_comparison)
 from .plugin import Plugin
@@ -30,7 +32,6 @@ TOKENS = (512, 2048, 8192, 32768)
 TP_SIZES = (4, 1)
 GATE = 5e-3  # ops.md, op 3
 SEED = 2026
-PLUGIN = "plugin"  # TorchOps.paths' name of the plugin path
 
 
 @dataclasses.dataclass
@@ -96,10 +97,10 @@ def _graph_ms(torch, fn):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        fn()  # cuBLAS picks its kernels and workspace outside the capture
+        fn()  # cuBLAS picks its kernels outside the capture
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):  # where the warm-up made cuBLAS's workspace
         fn()
     return median_ms(torch, graph.replay, warmup=2, reps=9)
 
@@ -138,10 +139,10 @@ def cublas_ms(torch, dense, ids):
 
 def _prepare(torch, ctx, experts):
     """Op 4's bytes (None when declined), after printing how long it took."""
-    ops, held = TorchOps(ctx), []
-    ms = median_ms(torch, lambda: held.append(ops.prepare(experts)), warmup=0, reps=1)
+    host, held = TorchOps(ctx), []
+    ms = median_ms(torch, lambda: held.append(host.prepare(experts)), warmup=0, reps=1)
     if held[0] is None:
-        why = [w for (op, w) in ops.paths if op == "nvfp4_moe_prepare"]
+        why = [w for (op, w) in host.paths if op == "nvfp4_moe_prepare"]
         print(f"  prepare: {'; '.join(why)}: op 3 reads the checkpoint layout")
     else:
         print(f"  prepare (one-time, with its check and allocation): {ms:.3f} ms, "
@@ -149,11 +150,23 @@ def _prepare(torch, ctx, experts):
     return held[0]
 
 
-def _on_plugin(ops, call):
-    """Whether call() ran op 3 on the plugin (TorchOps counts each call's path)."""
-    before = ops.paths["nvfp4_moe", PLUGIN]
-    call()
-    return ops.paths["nvfp4_moe", PLUGIN] > before
+class PluginMoe:
+    """Op 3 on the plugin for one routing: args built, checked, and workspace and output
+    allocated once, so that calling it runs ctx.execute alone. prepared None: the checkpoint
+    layout."""
+
+    def __init__(self, torch, ctx, x, ids, weights, experts, prepared=None):
+        self.torch, self.ctx = torch, ctx
+        self.out = torch.empty_like(x)  # [T, H] fp16
+        self.args = ops.nvfp4_moe(x, ids, weights, experts, self.out, prepared)
+        self.decision = ctx.check("nvfp4_moe", self.args)
+        size = self.decision.workspace_bytes
+        self.workspace = torch.empty(size, dtype=torch.uint8, device=x.device) if size else None
+
+    def __call__(self):
+        self.ctx.execute("nvfp4_moe", self.args, self.torch.cuda.current_stream(),
+                         self.workspace, self.decision.workspace_bytes)
+        return self.out
 
 
 def _measure(torch, ctx, m, experts, dense, prepared, tokens):
@@ -164,17 +177,14 @@ def _measure(torch, ctx, m, experts, dense, prepared, tokens):
     row = Row(m.expert_inter, tokens, None, median_ms(torch, generic_run, 1, 3), float("nan"),
               rel_l2(generic_run()), moe_work(m, tokens, int(ids.unique().numel())),
               cublas_ms=cublas_ms(torch, dense, ids))
-    ops = TorchOps(ctx)
-    out = ops.nvfp4_moe(x, ids, weights, experts, prepared)
-    why = [w.removeprefix("generic: ") for (op, w) in ops.paths if op == "nvfp4_moe"
-           and w != PLUGIN]
-    if why:
-        row.note = "; ".join(why)
+    plugin = PluginMoe(torch, ctx, x, ids, weights, experts, prepared)
+    if not plugin.decision.accepted:
+        row.note = plugin.decision.reason
         return row
-    row.plugin_rel_l2 = rel_l2(out)
-    row.plugin_ms = median_ms(torch, lambda: ops.nvfp4_moe(x, ids, weights, experts, prepared))
-    checkpoint = lambda: ops.nvfp4_moe(x, ids, weights, experts)  # noqa: E731
-    row.checkpoint_ms = median_ms(torch, checkpoint) if _on_plugin(ops, checkpoint) else None
+    row.plugin_rel_l2 = rel_l2(plugin())
+    row.plugin_ms = median_ms(torch, plugin)
+    checkpoint = PluginMoe(torch, ctx, x, ids, weights, experts)
+    row.checkpoint_ms = median_ms(torch, checkpoint) if checkpoint.decision.accepted else None
     return row
 
 

@@ -14,19 +14,20 @@ serves its plugin context, once:
     library.paths  # Counter {(op, "plugin" or "generic: REASON"): calls}
 
 Each call takes the context registered for its tensors' CUDA device (or the one `using` sets on
-this thread), asks the plugin's capability check (host-only, microseconds) and runs the plugin on
-the device's current stream, or generic.py's torch path when there is no context or the check
-declines (CPU tensors never have one). `paths` counts which ran and why. The ops are functional:
-they allocate and return their outputs and mutate nothing. Shapes and dtypes as in ops.py and
-shared/spec/ops.md; qsa_index returns the expansion only (no topk_idx).
+this thread, which is asked even for CPU tensors: it declines them), asks the plugin's capability
+check (host-only, microseconds) and runs the plugin on the device's current stream, or generic.py's
+torch path when there is no context or the check declines. `paths` counts which ran and why. The
+ops are functional: they allocate and return their outputs and mutate nothing. Shapes and dtypes
+as in ops.py and shared/spec/ops.md; qsa_index returns the expansion only (no topk_idx).
 
-Workspace: one uint8 buffer per device, owned here and grown when a call needs more. A captured
-CUDA graph holds its address, so it cannot grow during capture (that raises): run the function
-once before capturing it (a warm-up), or size it first with reserve_workspace(device, the
-check's workspace_bytes). A workspace a graph captured is kept for the life of the process.
+Workspace: each plugin call allocates the check's workspace_bytes (none when it asks 0) on its
+device right before execute, on that device's current stream: the caching allocator hands back a
+cached block, its stream-ordered reuse makes that safe, and inside a CUDA-graph capture (also
+torch.compile(mode="reduce-overhead")) the block comes from the graph's pool and lives with it.
 Only the plugin path can be captured: the generic one reads the varlen metadata on the host.
-`using` holds per thread; the contexts, workspaces and `paths` are shared, so calls on one device
-from two streams or threads must be ordered by the caller.
+`using` holds per thread; the registered contexts and `paths` are shared and unlocked: register
+contexts before calls start, and read `paths` only as an estimate while calls run on other threads
+(Counter updates are not atomic).
 """
 import collections
 import contextlib
@@ -43,8 +44,6 @@ NO_CONTEXT = "generic: no plugin context"
 
 paths = collections.Counter()  # (op, PLUGIN or "generic: REASON") -> calls, every call here
 _contexts = {}  # CUDA device index -> the plugin Context its calls use
-_workspaces = {}  # CUDA device index -> uint8 tensor, the workspace of every call there
-_captured_workspaces = []  # workspaces a CUDA graph captured: never freed
 _local = threading.local()  # .scope: (context, counter) while `using` holds
 
 
@@ -71,29 +70,6 @@ def using(ctx, counter=None):
         yield
     finally:
         _local.scope = saved
-
-
-def reserve_workspace(device, size):
-    """Grows CUDA device `device`'s workspace to at least `size` bytes (before a capture)."""
-    return _workspace(device, size)
-
-
-def _workspace(device, size):
-    """The device's workspace, replaced by a larger one when `size` bytes do not fit."""
-    workspace = _workspaces.get(device)
-    capturing = torch.cuda.is_current_stream_capturing()
-    if workspace is None or workspace.numel() < size:
-        if capturing:
-            raise RuntimeError(
-                f"sm70ops: the workspace of cuda:{device} must grow to {size} bytes during CUDA "
-                "graph capture; run the function once before capturing it, or call "
-                "library.reserve_workspace")
-        workspace = torch.empty(max(size, 1), dtype=torch.uint8,
-                                device=torch.device("cuda", device))
-        _workspaces[device] = workspace
-    if capturing and not any(w is workspace for w in _captured_workspaces):
-        _captured_workspaces.append(workspace)
-    return workspace
 
 
 def _route(device):
@@ -124,11 +100,14 @@ def _accepted(op, device, args):
     return ctx, decision, counter
 
 
-def _execute(op, device, args, accepted):
-    """Runs an accepted call on the device's current stream with the context's workspace."""
+def _execute(op, args, accepted):
+    """Runs an accepted call on the context's device's current stream, with a workspace of the
+    check's size allocated there for this call (None when it asks 0 bytes)."""
     ctx, decision, counter = accepted
     size = decision.workspace_bytes
-    ctx.execute(op, args, torch.cuda.current_stream(device), _workspace(ctx.device, size), size)
+    cuda = torch.device("cuda", ctx.device)
+    workspace = torch.empty(size, dtype=torch.uint8, device=cuda) if size else None
+    ctx.execute(op, args, torch.cuda.current_stream(cuda), workspace, size)
     _count(op, PLUGIN, counter)
 
 
@@ -136,7 +115,7 @@ def _plugin_ran(op, device, args):
     """Runs `op` on the plugin when it accepts; False (the reason counted) when it declines."""
     accepted = _accepted(op, device, args)
     if accepted is not None:
-        _execute(op, device, args, accepted)
+        _execute(op, args, accepted)
     return accepted is not None
 
 
@@ -163,6 +142,8 @@ def qsa_index(q: torch.Tensor, weights: Optional[torch.Tensor], k_index: torch.T
     (sel_blocks [T, NB] int32, sel_mask [T, NB] uint64, sel_count [T] int32), NB =
     generic.selection_width(topk, c, P, max_seq_len). weights None: the weight-free indexer."""
     page = k_index.shape[1] * compress_ratio
+    # Allocated before the check, which describes them: the caching allocator makes that cheap,
+    # and a declined call (whose generic path allocates its own) drops them.
     sel = _selection(q, topk, compress_ratio, page, max_seq_len)
     args = ops.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk=topk,
                          max_seq_len=max_seq_len, max_query_len=max_query_len,
@@ -221,7 +202,7 @@ def nvfp4_moe_prepare(w13: torch.Tensor, w13_scale: torch.Tensor, w13_scale_2: t
     if accepted is None:
         return w13.new_empty((0,), dtype=torch.uint8)
     prepared = w13.new_empty((accepted[1].output_bytes,), dtype=torch.uint8)
-    _execute("nvfp4_moe_prepare", w13.device, ops.nvfp4_moe_prepare(experts, prepared), accepted)
+    _execute("nvfp4_moe_prepare", ops.nvfp4_moe_prepare(experts, prepared), accepted)
     return prepared
 
 

@@ -48,6 +48,8 @@ _SHAPES_KEYS = {f.name: {str: "name", bool: "flag", int: "int"}[f.type]
                 for f in dataclasses.fields(Model)}
 _INT32_MAX = 2**31 - 1  # the C tool's int32_t
 _BLANK = " \t\r"  # what both parsers strip around lines, keys and values
+# The C tool's capacities (integration/cli/model_file.h), in bytes where they count text.
+_MAX_SHAPES, _MAX_LIST, _ID_BYTES, _NAME_BYTES, _MAX_LINE = 4, 8, 16, 48, 256
 
 
 def _int(text):
@@ -60,12 +62,18 @@ def _value(kind, text):
     if kind == "name":
         if not text:
             raise ValueError("empty name")
+        if len(text.encode()) >= _NAME_BYTES:
+            raise ValueError(f"name longer than {_NAME_BYTES - 1} characters")
         return text
     if kind == "list":
         values = re.split(r"[ \t]+", text)
         if not all(re.fullmatch(r"[0-9]+", v) and int(v) > 0 for v in values):
             raise ValueError(f"'{text}' is not a list of positive integers")
-        return tuple(_int(v) for v in values)
+        for i, v in enumerate(values):  # each below 2^31 up to the capacity, as the C tool reads
+            _int(v)
+            if i == _MAX_LIST:
+                raise ValueError(f"more than {_MAX_LIST} values")
+        return tuple(int(v) for v in values)
     value = _int(text)
     if kind == "flag" and value > 1:
         raise ValueError(f"'{text}' is not 0 or 1")
@@ -91,11 +99,20 @@ class _Section:
         return [key for key in self.keys if key not in self.values]
 
 
-def _header(line):
-    match = re.fullmatch(r"\[(plan|shapes [a-z0-9_]+)\]", line)
+def _header(line, sections):
+    """The new section's header, inside the brackets."""
+    match = re.fullmatch(r"\[(plan|shapes ([a-z0-9_]+))\]", line)
     if not match:
         raise ValueError(f"'{line}' is not a section header ([plan] or [shapes ID])")
-    return match.group(1)
+    header, shape_id = match.groups()
+    if header in sections:
+        raise ValueError(f"section [{header}] given twice")
+    if shape_id is not None:
+        if sum(h != "plan" for h in sections) == _MAX_SHAPES:
+            raise ValueError(f"more than {_MAX_SHAPES} [shapes] sections")
+        if len(shape_id) >= _ID_BYTES:
+            raise ValueError(f"id '{shape_id}' longer than {_ID_BYTES - 1} characters")
+    return header
 
 
 def _sections(text):
@@ -104,12 +121,12 @@ def _sections(text):
     for number, raw in enumerate(text.split("\n"), 1):
         line = raw.strip(_BLANK)
         try:
+            if len(line.encode()) >= _MAX_LINE:
+                raise ValueError(f"line longer than {_MAX_LINE - 1} characters")
             if not line or line.startswith("#"):
                 continue
             if line.startswith("["):
-                header = _header(line)
-                if header in sections:
-                    raise ValueError(f"section [{header}] given twice")
+                header = _header(line, sections)
                 current = sections[header] = _Section(header, number)
             elif current is None:
                 raise ValueError("key = value before any section")
@@ -120,9 +137,37 @@ def _sections(text):
     return sections
 
 
+def _check_values(sections):
+    """The values check plans with, as the C tool checks them: sizes of each section in the file's
+    order (shared_inter may be 0), then each model's c (it divides every page and B), then the
+    prompts against the served model's context; ValueError(line, message)."""
+    for s in sections.values():
+        for key, kind in s.keys.items():
+            if kind == "int" and key != "shared_inter" and s.values[key] <= 0:
+                raise ValueError(s.line, f"[{s.header}] {key} must be positive")
+    plan = sections["plan"]
+    for s in sections.values():
+        if s is plan:
+            continue
+        c = s.values["compress_ratio"]
+        for what, value in [("page size", p) for p in plan.values["page_sizes"]] + [
+                ("index_topk", s.values["index_topk"])]:
+            if value % c:
+                raise ValueError(
+                    s.line, f"[{s.header}] compress_ratio {c} does not divide {what} {value}")
+    max_context = sections["shapes model"].values["max_context"]
+    for prefill in plan.values["prefill_lengths"]:
+        if prefill > max_context:
+            raise ValueError(plan.line, f"[plan] prefill length {prefill} exceeds [shapes model] "
+                                        f"max_context {max_context}")
+
+
 def parse_models(text, path="models.txt"):
     """({id: Model} of the [shapes ID] sections, {key: value} of [plan]) from models.txt's text;
     ModelsFileError, naming `path` and the line, when the text departs from the format."""
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise ModelsFileError(f"{path}:{line}: line holds a NUL byte")
     try:
         sections = _sections(text)
     except ValueError as e:
@@ -133,6 +178,10 @@ def parse_models(text, path="models.txt"):
     for s in sections.values():
         if s.missing():
             raise ModelsFileError(f"{path}:{s.line}: [{s.header}] lacks '{s.missing()[0]}'")
+    try:
+        _check_values(sections)
+    except ValueError as e:
+        raise ModelsFileError(f"{path}:{e.args[0]}: {e.args[1]}") from None
     models = {h.split()[1]: Model(**s.values) for h, s in sections.items() if h != "plan"}
     return models, sections["plan"].values
 

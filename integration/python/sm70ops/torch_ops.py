@@ -8,8 +8,8 @@
 
 A thin layer over the torch custom ops of library.py (torch.ops.sm70ops.*): each method is one
 call of its op with `ctx` in place of the registered contexts (library.using) and the decision
-counted in `paths` as well as in library.paths. The ops decide and fall back as library.py says;
-their workspace is library.py's, one per device. A compiled graph calls torch.ops.sm70ops.*
+counted in `paths` as well as in library.paths. The ops decide and fall back as library.py says,
+each plugin call allocating its own workspace. A compiled graph calls torch.ops.sm70ops.*
 itself, with its contexts given by library.register_context. Importing this module needs no
 torch; making a TorchOps does.
 """

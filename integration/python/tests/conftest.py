@@ -78,3 +78,24 @@ def run_module():
         return done.returncode, done.stdout + done.stderr
 
     return run
+
+
+DEVICE_DECLINES = ("generic: ARCH", "generic: NO_DEVICE")  # the plugin does not run here at all
+
+
+@pytest.fixture(scope="session")
+def require_plugin(torch):
+    """require(paths, ops): every op in `ops` ran on the plugin, by `paths` (library.paths' counts
+    or a TorchOps's). Skips where the plugin declines the device itself (ARCH, NO_DEVICE); any
+    other decline fails with its reason, so a check that regresses into declining shows."""
+    from sm70ops.library import PLUGIN
+
+    def require(paths, ops):
+        declined = {k: n for k, n in paths.items() if k[0] in ops and k[1] != PLUGIN}
+        if declined and all(path in DEVICE_DECLINES for _, path in declined):
+            pytest.skip(f"the plugin does not run on this device: {declined}")
+        assert not declined, f"the plugin declined: {declined}"
+        missing = [op for op in ops if (op, PLUGIN) not in paths]
+        assert not missing, f"never called: {missing}"
+
+    return require

@@ -12,10 +12,13 @@ from sm70ops.bench import V100, Work, ceiling_for, floor_cells, floor_ms
 H200 = ceiling_for(90)
 
 
-def test_the_ceilings_are_the_c_benches():
-    assert (V100.device, V100.tflops, V100.tbytes_s) == ("V100-SXM2", 125.0, 0.85)
-    assert (H200.device, H200.tflops, H200.tbytes_s) == ("H200", 645.0, 3.97)
-    assert ceiling_for(80) is None
+def test_the_ceilings_by_hand():
+    """A 4096^3 fp16 GEMM (137.44 GFLOP) takes 1.100 ms at a V100's 125 TFLOP/s and 0.213 ms at
+    an H200's 645; a GB read 1.176 ms at 0.85 TB/s and 0.252 ms at 3.97 TB/s."""
+    assert (V100.device, H200.device) == ("V100-SXM2", "H200") and ceiling_for(80) is None
+    gemm, gigabyte = Work(flops=2 * 4096**3), Work(bytes=1e9)
+    assert [round(floor_ms(gemm, c), 3) for c in (V100, H200)] == [1.100, 0.213]
+    assert [round(floor_ms(gigabyte, c), 3) for c in (V100, H200)] == [1.176, 0.252]
 
 
 def test_the_floor_is_the_slower_of_compute_and_memory():
@@ -63,11 +66,13 @@ def test_index_work_by_hand():
 
 
 def test_a_cases_work_sums_its_chunks():
-    s = bench_index.Setting(compress_ratio=4, page_size=16, topk=128, weighted=False)
-    problem = types.SimpleNamespace(q=types.SimpleNamespace(shape=(700, 4, 128)))
-    case = bench_index.Case("prefill", 700, problem, [(256, 256), (512, 256), (700, 188)])
-    assert bench_index.case_work(s, case) == sum(
-        (bench_index.index_work(s, 4, 128, rows, end) for end, rows in case.chunks), Work())
+    s = bench_index.Setting(compress_ratio=4, page_size=16, topk=8, weighted=False)
+    problem = types.SimpleNamespace(q=types.SimpleNamespace(shape=(4, 1, 2)))  # 1 head of 2
+    case = bench_index.Case("prefill", 6, problem, [(4, 2), (6, 2)])
+    # Rows see 3, 4 then 5, 6 tokens: 0 + 1 + 1 + 1 complete groups, 2 FLOPs x 2 each: 12.
+    # Each chunk: q 2 rows x 4 B, the one complete group's key 4 B, and per row topk_idx
+    # 11 x 4 B, one page of selection 12 B and its count 4 B: 8 + 4 + 120 = 132 bytes.
+    assert bench_index.case_work(s, case) == Work(flops=12, bytes=264)
 
 
 def test_index_floor_of_the_readme():
@@ -82,21 +87,21 @@ def test_index_floor_of_the_readme():
 
 def test_attn_work_by_hand():
     s = model.shape(4, 64)  # 6 query heads, 1 KV head, D 256, gated
-    # 2 rows of a 100-token context, 150 tokens selected in all, NB 2: q, gate and out in fp16
-    # and lse in fp32 per row and head, 12 bytes per selected page and 4 per row, K and V once.
-    assert bench_attn.attn_work(s, 150, 100, 2, 2) == Work(
-        flops=4 * 150 * 6 * 256, bytes=2 * 6 * (256 * 2 * 3 + 4) + 2 * (2 * 12 + 4) + 100 * 1024)
-    ungated = model.shape(4, 64, model.V1)  # 4 query heads
-    assert bench_attn.attn_work(ungated, 150, 100, 2, 2).bytes == (
-        2 * 4 * (256 * 2 * 2 + 4) + 2 * (2 * 12 + 4) + 100 * 1024)
+    # 2 rows of a 100-token context, 150 tokens selected in all, NB 2: QK and PV, 2 x 2 x 256
+    # FLOPs a token and head (921,600); q, gate and out 12 x 1536 B (no lse: the bench asks for
+    # none), 2 x (2 pages x 12 B + 4 B) of selection, K and V 100 x 1024 B: 120,888 bytes.
+    assert bench_attn.attn_work(s, 150, 100, 2, 2) == Work(flops=921600, bytes=120888)
+    ungated = model.shape(4, 64, model.V1)  # 4 query heads: q and out 8 x 1024 B
+    assert bench_attn.attn_work(ungated, 150, 100, 2, 2).bytes == 110648
 
 
 def test_moe_work_by_hand():
     m = types.SimpleNamespace(experts=4, expert_topk=2, hidden=32, expert_inter=16)
-    assert bench_moe.nvfp4_bytes(m) == 4 * 3 * 16 * 32 * 9 // 16
-    # 3 tokens, 6 (token, expert) pairs on 2 of the 4 experts: half the weights read once.
-    assert bench_moe.moe_work(m, 3, 2) == Work(flops=6 * 6 * 32 * 16,
-                                               bytes=3456 / 2 + 3 * 32 * 4 + 6 * 8)
+    # 4 experts x 3 x 16 x 32 = 6144 weights at 4.5 bits (a 4-bit code, an 8-bit scale per 16).
+    assert bench_moe.nvfp4_bytes(m) == 3456
+    # 3 tokens, 6 (token, expert) pairs on 2 of the 4 experts: 6 x 3 GEMVs of 2 x 512 FLOPs;
+    # half the weights read once (1728 B), x and out 3 x 128 B, ids and weights 6 x 8 B.
+    assert bench_moe.moe_work(m, 3, 2) == Work(flops=18432, bytes=2160)
 
 
 @pytest.mark.parametrize("shapes, tp, floor", [(model.QWEN38_FLASH_NEXT, 4, 0.31),

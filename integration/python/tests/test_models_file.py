@@ -65,6 +65,31 @@ BROKEN = [
     (lambda t: t + "[plan]\n", "section [plan] given twice", "[plan]"),
     (lambda t: "x = 1\n" + t, "key = value before any section", "x = 1"),
     (lambda t: t.replace("[shapes model]", "[shapes other]"), "no [shapes model] section", None),
+    (lambda t: t.replace("hidden = 256", "hidden = 2\0" + "56"), "line holds a NUL byte",
+     "hidden = 2\0" + "56"),
+    # Values check cannot plan with.
+    (lambda t: t.replace("hidden = 256", "hidden = 0"),
+     "[shapes model] hidden must be positive", "[shapes model]"),
+    (lambda t: t.replace("compress_ratio = 4", "compress_ratio = 0"),
+     "[shapes model] compress_ratio must be positive", "[shapes model]"),
+    (lambda t: t.replace("chunk_rows = 8192", "chunk_rows = 0"),
+     "[plan] chunk_rows must be positive", "[plan]"),
+    (lambda t: t.replace("compress_ratio = 4", "compress_ratio = 3"),
+     "[shapes model] compress_ratio 3 does not divide page size 64", "[shapes model]"),
+    (lambda t: t.replace("index_topk = 512", "index_topk = 510"),
+     "[shapes model] compress_ratio 4 does not divide index_topk 510", "[shapes model]"),
+    (lambda t: t.replace("prefill_lengths = 8192", "prefill_lengths = 8192 16384"),
+     "[plan] prefill length 16384 exceeds [shapes model] max_context 8192", "[plan]"),
+    # The C tool's capacities (integration/cli/model_file.h).
+    (lambda t: t.replace("tp_sizes = 1 2", "tp_sizes = 1 2 3 4 5 6 7 8 9"), "more than 8 values",
+     "tp_sizes = 1 2 3 4 5 6 7 8 9"),
+    (lambda t: t + "[shapes a]\n[shapes b]\n[shapes c]\n[shapes d]\n",
+     "more than 4 [shapes] sections", "[shapes d]"),
+    (lambda t: t + "[shapes abcdefghijklmnop]\n",
+     "id 'abcdefghijklmnop' longer than 15 characters", "[shapes abcdefghijklmnop]"),
+    (lambda t: t.replace("name = Tiny Model", "name = " + "x" * 48),
+     "name longer than 47 characters", "name = " + "x" * 48),
+    (lambda t: "# " + "x" * 254 + "\n" + t, "line longer than 255 characters", "# " + "x" * 254),
 ]
 
 

@@ -124,28 +124,22 @@ def gpu_ops(cuda_torch, plugin):
         yield TorchOps(ctx)
 
 
-def ran_on_plugin(ops, op):
-    why = [w for (o, w) in ops.paths if o == op and w != "plugin"]
-    if (op, "plugin") not in ops.paths:
-        pytest.skip(f"the plugin declines {op} here: {why}")
-
-
-def test_plugin_path_matches_generic(cuda_torch, gpu_ops):
+def test_plugin_path_matches_generic(cuda_torch, gpu_ops, require_plugin):
     torch = cuda_torch
     inputs, bounds = index_inputs(torch, "cuda", rows=257, seq_len=3001)
     sel = gpu_ops.qsa_index(**inputs, topk=512, **bounds)
-    ran_on_plugin(gpu_ops, "qsa_index")
+    require_plugin(gpu_ops.paths, ("qsa_index",))
     assert sel.topk_idx is None and sel.sel_blocks.shape == (257, 47)
     q, k, v = attn_inputs(torch, "cuda", 257, 3001, q_heads=8, kv_heads=2, dim=256)
     meta = {n: inputs[n] for n in ("query_start_loc", "seq_lens", "block_table")}
     out = gpu_ops.qsa_attn(q, k, v, **meta, sel=sel, sm_scale=256**-0.5, **bounds)
-    ran_on_plugin(gpu_ops, "qsa_attn")
+    require_plugin(gpu_ops.paths, ("qsa_attn",))
     want = generic.qsa_attn(q, k, v, **meta, sel_blocks=sel.sel_blocks, sel_mask=sel.sel_mask,
                             sel_count=sel.sel_count, sm_scale=256**-0.5)[0]
     assert rel_l2(out, want) <= 2e-3
 
 
-def test_plugin_moe_on_prepared_weights(cuda_torch, gpu_ops):
+def test_plugin_moe_on_prepared_weights(cuda_torch, gpu_ops, require_plugin):
     torch = cuda_torch
     g = torch.Generator(device="cuda").manual_seed(5)
     experts, hidden, inter, tokens, topk = 8, 128, 128, 77, 3
@@ -167,6 +161,6 @@ def test_plugin_moe_on_prepared_weights(cuda_torch, gpu_ops):
     weights = torch.rand((tokens, topk), generator=g, device="cuda")
     prepared = gpu_ops.prepare(w)
     out = gpu_ops.nvfp4_moe(x, ids, weights, w, prepared)
-    ran_on_plugin(gpu_ops, "nvfp4_moe")
+    require_plugin(gpu_ops.paths, ("nvfp4_moe_prepare", "nvfp4_moe"))
     assert prepared is not None
     assert rel_l2(out, generic.nvfp4_moe(x, ids, weights, **w)) <= 5e-3
