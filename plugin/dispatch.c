@@ -211,6 +211,7 @@ sm70ops_status sm70_execute(const sm70ops_context *ctx, sm70ops_op op, const voi
   status = sm70_context_take_checked_error(ctx);
   if (status != SM70OPS_OK) return status;
   plan.checked = ctx->checked_device;
+  plan.smem_optin = ctx->smem_per_block;
   if (plan.work_items == 0) return sm70_ok();
   status = launch_on_device(ctx, &plan, &normalized, stream, workspace);
   return status == SM70OPS_OK ? sm70_ok() : status;

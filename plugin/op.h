@@ -26,6 +26,7 @@ struct sm70_plan {
   int64_t work_items;    /* 0: valid but empty (no rows): execute launches nothing */
   uint32_t smem_bytes;   /* the most shared memory one of the route's blocks uses in this call */
   void *checked;         /* checked mode's device error record, or NULL (set by execute) */
+  uint32_t smem_optin;   /* the context's smem_per_block (set by execute) */
   char message[SM70OPS_MESSAGE_BYTES];
 };
 

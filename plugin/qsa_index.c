@@ -263,6 +263,7 @@ static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, 
       .chunk_rows = split.chunk_rows,
       .rescue_rows = split.rescue_rows,
       .checked = plan->checked,
+      .smem_optin = plan->smem_optin,
   };
   return sm70_launch_result("qsa_index", sm70_qsa_index_launch(&p, workspace, stream));
 }

@@ -79,18 +79,16 @@ int32_t model_plan(const model_table *t, int32_t tp, int32_t page_size,
 /* The last chunk of the prompt, one request: its rows see the whole prompt so far. */
 static sm70ops_desc_batch last_chunk(const model_shape *m, int32_t prefill) {
   const int64_t pages = ((int64_t)prefill + m->page_size - 1) / m->page_size;
-  /* A width of op 1's expansion that always suffices (ops.md): min(B/c + 1, ceil(L / P)), the
-   * + 1 the tail's page (c = 1 has no tail). */
-  const int64_t groups = m->index_topk / m->compress_ratio + (m->compress_ratio > 1);
   const int32_t rows = prefill < m->chunk_rows ? prefill : m->chunk_rows;
-  return (sm70ops_desc_batch){.rows = rows,
-                              .requests = 1,
-                              .max_pages = pages,
-                              .cache_pages = pages,
-                              .page_size = m->page_size,
-                              .selected_pages = pages < groups ? pages : groups,
-                              .max_seq_len = prefill,
-                              .max_query_len = rows};
+  return (sm70ops_desc_batch){
+      .rows = rows,
+      .requests = 1,
+      .max_pages = pages,
+      .cache_pages = pages,
+      .page_size = m->page_size,
+      .selected_pages = sm70ops_desc_selection_width(m->index_topk, m->compress_ratio, pages),
+      .max_seq_len = prefill,
+      .max_query_len = rows};
 }
 
 static void build_qsa_index(model_call *call, const model_shape *m, int32_t prefill,

@@ -109,6 +109,14 @@ void sm70ops_desc_nvfp4_moe_prepare(sm70ops_desc_call *call,
                                     const sm70ops_desc_nvfp4_moe_prepare_sizes *sizes,
                                     int32_t device);
 
+/* The width NB of op 1's expansion that always suffices (ops.md) for rows whose block table has
+ * `pages` pages: min(B/c + 1, pages), the + 1 the tail's page (c = 1 has no tail). */
+static inline int64_t sm70ops_desc_selection_width(int64_t topk, int64_t compress_ratio,
+                                                   int64_t pages) {
+  const int64_t groups = topk / compress_ratio + (compress_ratio > 1);
+  return groups < pages ? groups : pages;
+}
+
 /* The call's tensor named `name`; NULL if it has none. */
 sm70ops_desc_tensor *sm70ops_desc_find(sm70ops_desc_call *call, const char *name);
 

@@ -20,16 +20,6 @@ void allow_dynamic_smem(Kernel *kernel, size_t bytes) {
                        static_cast<int>(bytes));
 }
 
-// The most dynamic shared memory the current device lets one block opt into: launchers opt in to
-// no more than it (an allow-listed GPU may give less than the V100's 96 KB), and to the same value
-// on every call, so that no call lowers the attribute under another thread's launch.
-inline unsigned device_smem_optin() {
-  int device = 0, bytes = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return static_cast<unsigned>(bytes);
-}
-
 // A kernel whose blocks on one SM need more shared memory than the driver's default carveout
 // may reserve (several blocks per SM, or one large one) asks for the largest carveout, at the
 // price of L1.

@@ -23,7 +23,6 @@
 //                             them all without one.
 #include <algorithm>
 
-#include "kernels/common/smem.cuh"
 #include "kernels/qsa_index/qsa_index.h"
 #include "kernels/qsa_index/qsa_index_internal.cuh"
 
@@ -84,18 +83,17 @@ extern "C" int32_t sm70_qsa_index_launch(const sm70_qsa_index_params *p, void *w
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const sm70_qsa_index_split split{p->chunk_rows, p->rescue_rows};
   const Workspace w = carve_workspace(workspace, split, max_keys(*p));
-  const uint32_t smem_optin = sm70ops::device_smem_optin();
   for (int c0 = 0; c0 < p->rows; c0 += split.chunk_rows) {
     const Rows chunk{c0, c0, std::min(p->rows, c0 + split.chunk_rows)};
     launch_sample(*p, chunk, w, s);
-    launch_threshold(*p, chunk, w, smem_optin, s);
+    launch_threshold(*p, chunk, w, s);
     launch_filter(*p, chunk, w, s);
-    launch_select(*p, chunk, w, Selecting::kKept, smem_optin, s);
+    launch_select(*p, chunk, w, Selecting::kKept, s);
     if (call_keeps_all(*p)) continue;  // no row is misjudged
     for (int begin = c0; begin < chunk.end; begin += split.rescue_rows) {
       const Rows group{c0, begin, std::min(chunk.end, begin + split.rescue_rows)};
       launch_rescore(*p, group, w, s);
-      launch_select(*p, group, w, Selecting::kRescued, smem_optin, s);
+      launch_select(*p, group, w, Selecting::kRescued, s);
     }
   }
   return static_cast<int32_t>(cudaGetLastError());

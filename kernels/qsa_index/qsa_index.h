@@ -58,6 +58,10 @@ typedef struct sm70_qsa_index_params {
   int32_t chunk_rows;          /* rows scored per pass (sm70_qsa_index_split) */
   int32_t rescue_rows;         /* rows of a pass whose every score can be stored at once */
   sm70_checked_error *checked; /* device address of checked mode's record, or NULL */
+  /* The most shared memory a block may opt into on the device (the context's). The select and
+   * threshold opt in to it, capped at their largest need, on every call: one value per device, so
+   * that no call lowers the attribute under another thread's launch. */
+  uint32_t smem_optin;
 } sm70_qsa_index_params;
 
 /* The most shared memory one of the op's blocks uses in a call whose rows see at most

@@ -187,12 +187,10 @@ enum class Selecting { kKept, kRescued };
 // Launchers, in pipeline order: the first four over a chunk, then rescore and select over each
 // of its rescue groups.
 void launch_sample(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
-// The select and the threshold opt in to smem_optin (device_smem_optin), at most what they need.
-void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, uint32_t smem_optin,
-                      cudaStream_t stream);
+void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
 void launch_filter(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
 void launch_rescore(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream);
 void launch_select(const Params &p, const Rows &rows, const Workspace &w, Selecting which,
-                   uint32_t smem_optin, cudaStream_t stream);
+                   cudaStream_t stream);
 
 }  // namespace sm70ops::qsa_index

@@ -492,17 +492,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, uint32_t smem_optin,
-                      cudaStream_t stream) {
+void launch_threshold(const Params &p, const Rows &rows, const Workspace &w, cudaStream_t stream) {
   if (call_keeps_all(p)) return;  // no row has a threshold, and the select knows count = G
-  allow_dynamic_smem(qsa_index_threshold, std::min(threshold_bytes(kMaxKeys), smem_optin));
+  allow_dynamic_smem(qsa_index_threshold, std::min(threshold_bytes(kMaxKeys), p.smem_optin));
   qsa_index_threshold<<<rows.end - rows.begin, kThreads, threshold_bytes(max_keys(p)), stream>>>(
       p, rows.c0, w, sample_rank(topk_keys(p)));
 }
 
 void launch_select(const Params &p, const Rows &rows, const Workspace &w, Selecting which,
-                   uint32_t smem_optin, cudaStream_t stream) {
-  allow_dynamic_smem(qsa_index_select, std::min(kMostSmemBytes, smem_optin));
+                   cudaStream_t stream) {
+  allow_dynamic_smem(qsa_index_select, std::min(kMostSmemBytes, p.smem_optin));
   prefer_max_carveout(qsa_index_select);  // two blocks per V100 SM up to about 55K keys
   qsa_index_select<<<rows.end - rows.begin, kThreads, select_bytes(max_keys(p)), stream>>>(
       p, rows, w, which);

@@ -180,7 +180,7 @@ class IndexRun {
 
   // NB: the most pages a row's token set can touch (abi/sm70ops.h).
   static int64_t SelectionWidth(const Case &c, const Inputs &in) {
-    return std::min<int64_t>(c.topk / c.ratio + (c.ratio > 1), in.meta.max_pages);
+    return sm70ops_desc_selection_width(c.topk, c.ratio, in.meta.max_pages);
   }
 
   // check() accepts, and the workspace it asks for is allocated.

@@ -61,7 +61,18 @@ def plan_cells(case):
         return ALL if value is None else text(value)
 
     return (_abi.OP_NAMES[case.op], cell(case.tp), cell(case.page_size),
-            cell(case.prefill, lambda n: f"{n // 1024}K"))
+            cell(case.prefill, prompt_label))
+
+
+def prompt_label(tokens):
+    """"8K" where 1024 divides the length, else the length (the C tool's label)."""
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
+
+
+def joined(values, separator=", ", last=", "):
+    """The C tool's print_list: "1, 2, 4, 8", or with "-, " and "- and " "16-, 32- and 64"."""
+    items = [str(v) for v in values]
+    return items[0] if len(items) == 1 else separator.join(items[:-1]) + last + items[-1]
 
 
 def summary(decisions):
@@ -89,8 +100,8 @@ def run_check(opts):
                                 log_level=_abi.LogLevel.WARN) as ctx:
         found = decision_rows(ctx, opts.device, opts.tp, opts.page)
     m = model.QWEN38_FLASH_NEXT
-    tps = ", ".join(map(str, model.TP_SIZES if opts.tp is None else (opts.tp,)))
-    pages = "- and ".join(map(str, model.PAGE_SIZES if opts.page is None else (opts.page,)))
+    tps = joined(model.TP_SIZES if opts.tp is None else (opts.tp,))
+    pages = joined(model.PAGE_SIZES if opts.page is None else (opts.page,), "-, ", "- and ")
     print(f"plugin:  {plugin.path}")
     print(f"shapes:  {m.name} per rank at TP {tps}; {pages}-token pages; the last chunk of "
           f"each prompt, one request, device {opts.device}")
@@ -161,9 +172,11 @@ def parse(argv):
     commands.add_parser("info", parents=[library], help="identity, ABI, CUDA devices")
     check = commands.add_parser(
         "check", parents=[library],
-        help="the decision for every op on the model's per-rank shapes at TP 1, 2, 4 and 8 with "
-        "16- and 64-token pages, at prompts of 8K, 32K, 128K and 256K (the last 8192-row chunk "
-        "of each)")
+        help=f"the decision for every op on the model's per-rank shapes at TP "
+        f"{joined(model.TP_SIZES, ', ', ' and ')} with "
+        f"{joined(model.PAGE_SIZES, '-, ', '- and ')}-token pages, at prompts of "
+        f"{joined(map(prompt_label, model.PREFILL_LENGTHS), ', ', ' and ')} (the last "
+        f"{model.CHUNK_ROWS}-row chunk of each; integration/python/sm70ops/models.txt)")
     check.add_argument("--cc", type=int, default=0,
                        help="plan for compute capability N (70: V100) without asking CUDA")
     check.add_argument("--tp", type=int, choices=model.TP_SIZES, default=None,
@@ -180,8 +193,8 @@ def parse(argv):
     bench.add_argument("--compress-ratio", type=int, choices=(1, 2, 4), default=None,
                        help="qsa_index: tokens per index key (default: the shapes', 4 for the "
                        "model)")
-    bench.add_argument("--page", type=int, choices=(16, 32, 64), default=64,
-                       help="qsa_index: KV page size in tokens (default 64)")
+    bench.add_argument("--page", type=int, choices=(16, 32, 64), default=model.PAGE_SIZE,
+                       help=f"qsa_index: KV page size in tokens (default {model.PAGE_SIZE})")
     bench.add_argument("--data", choices=["all", *data.GENERATORS], default=None,
                        help="qsa_index: the table of data generators x sizes against i.i.d. "
                        "data and both baselines, for one generator or all (sm70ops.data)")
@@ -195,8 +208,9 @@ def parse(argv):
     demo.add_argument("--prompts", type=_positive, nargs="+", default=[8192, 32768],
                       metavar="TOKENS", help="prompt lengths (default 8192 32768)")
     demo.add_argument("--reps", type=_positive, default=3, help="timed runs per case (median)")
-    demo.add_argument("--page", type=int, choices=model.PAGE_SIZES, default=64,
-                      help="KV page size in tokens, the index cache's too (default 64)")
+    demo.add_argument("--page", type=int, choices=model.PAGE_SIZES, default=model.PAGE_SIZE,
+                      help=f"KV page size in tokens, the index cache's too (default "
+                      f"{model.PAGE_SIZE})")
     demo.add_argument("--plot", default="sm70ops_layer_prefill.png",
                       help="PNG of layer time vs prompt length (when matplotlib is importable)")
     opts = parser.parse_args(argv)

@@ -38,12 +38,13 @@ def judge_index(got, want, scores, lengths, compress_ratio):
     k = (got.shape[1] - c + 1) // c  # B / c
     s, lengths = scores[differ].double(), lengths[differ]
     width = s.shape[1]
+    if width <= k:  # every row selects all its groups: no tie can excuse a difference
+        return differ.numel(), 0
     mine = _groups(got[differ], lengths, c, width)
     theirs = _groups(want[differ], lengths, c, width)
     rebuilt = generic.token_set(generic.topk_positions(mine.float(), mine, k), lengths, c)
-    well_formed = (rebuilt == got[differ]).all(dim=1)
-    if width <= k:  # every row selects all its groups: no tie can excuse a difference
-        return differ.numel(), 0
+    counted = mine.sum(dim=1) == (lengths.long() // c).clamp(max=k)  # min(B/c, G) groups
+    well_formed = (rebuilt == got[differ]).all(dim=1) & counted
     top = s.topk(k + 1, dim=1).values
     kth, after = top[:, k - 1 : k], top[:, k : k + 1]
     largest = s.masked_fill(~torch.isfinite(s), 0).abs().amax(dim=1, keepdim=True)

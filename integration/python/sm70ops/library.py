@@ -197,7 +197,7 @@ def nvfp4_moe_prepare(w13: torch.Tensor, w13_scale: torch.Tensor, w13_scale_2: t
                       w2_scale_2: torch.Tensor) -> torch.Tensor:
     """Op 4 on the checkpoint experts: the repacked bytes [output_bytes] uint8, or an empty
     tensor when the plugin declines (nvfp4_moe then reads the checkpoint layout)."""
-    experts = (w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2)
+    experts = ops.nvfp4_weights(w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2)
     accepted = _accepted("nvfp4_moe_prepare", w13.device, ops.nvfp4_moe_prepare(experts))
     if accepted is None:
         return w13.new_empty((0,), dtype=torch.uint8)

@@ -92,6 +92,12 @@ def test_the_gate_takes_equal_sets_and_near_ties_only(torch):
     no_tail = got.clone()
     no_tail[0, int((no_tail[0] >= 0).sum()) - 1] = -1  # row 0's L = 4068 leaves a tail
     assert gates.judge_index(no_tail, want.topk_idx, tied, lengths, 4) == (1, 0)
+    dropped = want.topk_idx.clone()  # one group too few: the tied group left out, not swapped
+    kept = groups[0][groups[0] != kth].unsqueeze(0)
+    row = generic.token_set(kept, lengths[:1], 4)[0]
+    dropped[0] = -1
+    dropped[0, : row.numel()] = row
+    assert gates.judge_index(dropped, want.topk_idx, tied, lengths, 4) == (1, 0)
 
 
 def run_interpreted(name):
