@@ -73,6 +73,13 @@ typedef struct sm70_varlen {
 int32_t sm70_check_varlen(const sm70ops_context *ctx, int32_t need_data, const sm70_varlen *v,
                           int64_t rows, int32_t page_size, sm70_plan *plan);
 
+static inline int32_t sm70_is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/* A QSA fast path's page sizes: the powers of two from min_page to max_page tokens. */
+static inline int32_t sm70_fast_path_page(int64_t page_size, int32_t min_page, int32_t max_page) {
+  return sm70_is_power_of_two(page_size) && page_size >= min_page && page_size <= max_page;
+}
+
 /* The longest context a QSA fast path keeps on chip (its shape table's max_seq_len): past it,
  * declines UNSUPPORTED_SHAPE and returns 0. */
 int32_t sm70_check_fast_path_seq_len(int32_t max_seq_len, int32_t limit, sm70_plan *plan);

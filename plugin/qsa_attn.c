@@ -126,8 +126,6 @@ static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_attn_a
 
 enum { kMaxKvHeads = 65535 }; /* one grid row per KV head: CUDA's grid y limit */
 
-static int32_t is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
 /* The head dims the table runs, for messages: "256 or 128". */
 static void describe_head_dims(char *out, size_t bytes) {
   size_t used = 0;
@@ -149,7 +147,7 @@ static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_pl
     return NULL;
   }
   const int64_t p = page_size(a), group = group_size(a);
-  if (!is_power_of_two(p) || p < s->min_page || p > s->max_page) {
+  if (!sm70_fast_path_page(p, s->min_page, s->max_page)) {
     sm70_decline(plan, unsupported,
                  "%lld-token pages: the fast path runs pages of %d to %d tokens "
                  "(powers of two)",

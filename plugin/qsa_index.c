@@ -37,8 +37,6 @@ static const qsa_index_shape kShapes[] = {
 /* What the contract accepts (ops.md, op 1); the table narrows the fast path. */
 enum { kMaxTopk = 8192, kMaxRatio = 4 };
 
-static int32_t is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
 /* c: 0 (a 1.0 host, or a 1.1 host that leaves it) means 1. */
 static int32_t compress_ratio(const sm70ops_qsa_index_args *a) {
   return a->compress_ratio == 0 ? 1 : a->compress_ratio;
@@ -96,7 +94,7 @@ static int32_t check_weights(const sm70ops_context *ctx, const sm70ops_qsa_index
 static int32_t check_scalars(const sm70ops_qsa_index_args *a, sm70_plan *plan) {
   const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
   const int32_t c = compress_ratio(a);
-  if (!is_power_of_two(c) || c > kMaxRatio) {
+  if (!sm70_is_power_of_two(c) || c > kMaxRatio) {
     return sm70_decline(plan, bad, "compress_ratio %d: 1, 2 or 4 tokens per key (0 means 1)",
                         a->compress_ratio);
   }
@@ -147,8 +145,8 @@ static const qsa_index_shape *match_shape(const sm70ops_qsa_index_args *a, sm70_
   const int32_t c = compress_ratio(a);
   for (size_t i = 0; i < sizeof(kShapes) / sizeof(kShapes[0]); ++i) {
     const qsa_index_shape *s = &kShapes[i];
-    if (q->shape[1] != s->heads || q->shape[2] != s->head_dim || !is_power_of_two(p) ||
-        p < s->min_page || p > s->max_page || c > s->max_ratio) {
+    if (q->shape[1] != s->heads || q->shape[2] != s->head_dim ||
+        !sm70_fast_path_page(p, s->min_page, s->max_page) || c > s->max_ratio) {
       continue;
     }
     if (a->topk < s->topk_min || a->topk > s->topk_max) {

@@ -4,8 +4,9 @@
 #                                  V100 device machine; the default when packing on a V100) and
 #                                  copy the plugin, the C tool and the GPU tests to .device/
 #   bash tools/gpu_tests.sh run    there: run every GPU test, then print one summary line
-#   bash tools/gpu_tests.sh sanitize  there: the GPU tests under compute-sanitizer's memcheck,
-#                                  racecheck, initcheck and synccheck; a table of errors found
+#   bash tools/gpu_tests.sh sanitize [TOOL...]  there: the GPU tests under compute-sanitizer's
+#                                  memcheck, racecheck, initcheck and synccheck (or the TOOLs
+#                                  named); a table of errors found
 #   bash tools/gpu_tests.sh bench [ARGS]  there: python3 -m sm70ops bench OP [ARGS] for each op
 #                                  on .device/'s plugin (needs torch); e.g. ARGS --shapes v1
 # On a GPU other than a V100 the plugin declines by design; the run sets SM70OPS_ALLOW_ARCH to
@@ -81,7 +82,9 @@ sanitize() {
   local filter='-*131072*:*Thousand*'
   local errors=0
   printf '%-12s %-22s %s\n' tool test result
-  for tool in memcheck racecheck initcheck synccheck; do
+  local tools=("$@")
+  [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck initcheck synccheck)
+  for tool in "${tools[@]}"; do
     for t in "${tests[@]}"; do
       local name log summary
       name=$(basename "$(label_path "$t")")
@@ -111,7 +114,7 @@ bench() {
 case "${1:-}" in
   pack) pack ;;
   run) run ;;
-  sanitize) sanitize ;;
+  sanitize) shift; sanitize "$@" ;;
   bench) shift; bench "$@" ;;
-  *) echo "usage: $0 pack|run|sanitize|bench [ARGS]" >&2; exit 64 ;;
+  *) echo "usage: $0 pack|run|sanitize [TOOL...]|bench [ARGS]" >&2; exit 64 ;;
 esac

@@ -4,13 +4,23 @@
 #     CPU references, shared helpers, plugin internals; GPU tests skip)
 #   V100 build (--config=sm70, CUDA 11.8): the same, plus the SASS audit of the sm_70 binary
 #   then the Python binding's pytest suite, the ASan + UBSan run, the fuzzers, the GPU tests'
-#   simulator cases on a simulated V100 (tools/sim_tests.sh) and the format check
+#   simulator cases on a simulated V100 (tools/sim_tests.sh) and the source checks
+#   (clang-format, pyflakes)
 # Tests that need a real GPU skip with a printed reason here. Ends with "N passed, N failed,
 # N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 passed=0 failed=0 skipped=0
+# Adds a step's summary line ("...: N passed, N failed[, N skipped]") to the totals and sets
+# step_failed; a line without the counts is one failure.
+add_counts() { # STEP LINE
+  local p f s
+  read -r p f s < <(grep -oE '[0-9]+ (passed|failed|skipped)' <<<"$2" | cut -d' ' -f1 | paste -sd' ')
+  [ -z "$p" ] && { echo "$1: no result"; p=0 f=1; }
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + ${s:-0})) step_failed=$f
+}
+
 run_config() { # LABEL BAZEL_FLAGS...   (TARGETS="..." run_config ...: other targets than //...)
   local label=$1; shift
   local stamp; stamp=$(mktemp)
@@ -20,11 +30,9 @@ run_config() { # LABEL BAZEL_FLAGS...   (TARGETS="..." run_config ...: other tar
   tail -n 25 "/tmp/sm70ops-test-$label.log" | grep -E "PASSED|FAILED|SKIPPED|NO STATUS|ERROR|Executed" || true
   local line; line=$(python3 tools/count_tests.py "$label" "$(bazel info "$@" bazel-testlogs 2>/dev/null)" "$stamp")
   echo "$line"
-  local counts; counts=$(tail -n 1 <<<"$line" | grep -oE '[0-9]+ (passed|failed|skipped)' | cut -d' ' -f1 | paste -sd' ')
-  read -r p f s <<<"$counts"
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  add_counts "$label" "$(tail -n 1 <<<"$line")"
   # A build or harness failure with no test case to show for it still counts as a failure.
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+  if [ "$rc" -ne 0 ] && [ "$step_failed" -eq 0 ]; then
     echo "$label: bazel test exited $rc with no failing case: see /tmp/sm70ops-test-$label.log"
     failed=$((failed + 1))
   fi
@@ -52,10 +60,8 @@ run_pytest() {
   [ -f "$xml" ] && cp "$xml" "$dir/integration/python/test.xml"
   local line; line=$(python3 tools/count_tests.py python "$dir" "$dir/stamp" | tail -n 1)
   echo "$line"
-  local counts; counts=$(grep -oE '[0-9]+ (passed|failed|skipped)' <<<"$line" | cut -d' ' -f1 | paste -sd' ')
-  read -r p f s <<<"$counts"
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+  add_counts python "$line"
+  if [ "$rc" -ne 0 ] && [ "$step_failed" -eq 0 ]; then
     echo "python: pytest exited $rc with no failing case: see $log"
     failed=$((failed + 1))
   fi
@@ -74,12 +80,11 @@ run_fuzzers() {
   local log=/tmp/sm70ops-test-fuzz.log
   bash tests/fuzz/run.sh 60 >"$log" 2>&1
   grep -E "^fuzz |^    " "$log" || true
-  local p f s
+  local p f s line=""
   p=$(grep -c "^fuzz .*: PASS" "$log") f=$(grep -c "^fuzz .*: FAIL" "$log")
   s=$(grep -c "^fuzz .*: SKIP" "$log")
-  [ $((p + f + s)) -eq 0 ] && { echo "fuzz: no result: see $log"; f=1; }
-  echo "fuzz: $p passed, $f failed, $s skipped"
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  [ $((p + f + s)) -gt 0 ] && line="fuzz: $p passed, $f failed, $s skipped" && echo "$line"
+  add_counts "fuzz (see $log)" "$line"
 }
 run_fuzzers
 # --- end of the sanitizers and fuzzing step.
@@ -89,15 +94,15 @@ run_fuzzers
 run_sim() {
   local log=/tmp/sm70ops-test-sim.log
   bash tools/sim_tests.sh 2>&1 | tee "$log"
-  local counts; counts=$(tail -n 1 "$log" | grep -oE '[0-9]+ (passed|failed|skipped)' | cut -d' ' -f1 | paste -sd' ')
-  [ -z "$counts" ] && { echo "sim: no result: see $log"; counts="0 1 0"; }
-  read -r p f s <<<"$counts"
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  add_counts "sim (see $log)" "$(tail -n 1 "$log")"
 }
 run_sim
 # --- end of the simulated V100 step.
 
-if python3 tools/format_check.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+# --- Source checks (tools/source_check.py): clang-format and pyflakes, a case each.
+source_checks=$(python3 tools/source_check.py)
+echo "$source_checks"
+add_counts "source checks" "$(tail -n 1 <<<"$source_checks")"
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -10,9 +10,9 @@ import argparse
 import sys
 
 from . import _abi, data, model
+from .bench import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from .plugin import Plugin, Sm70opsError
 
-EXIT_OK, EXIT_ERROR, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
 HEADER = ("op", "TP", "page", "prefill", "rows x keys", "decision", "route", "workspace", "reason",
           "message")
 ALL = "all"  # a plan cell whose value does not change the op's descriptor
@@ -226,7 +226,7 @@ def main(argv=None):
         return run(opts)
     except Sm70opsError as e:
         print(f"sm70ops: {e.last_error or e.status_name}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ import dataclasses
 import statistics
 
 WARMUP, REPS = 2, 11
-EXIT_OK, EXIT_MISMATCH, EXIT_CANNOT_RUN = 0, 1, 2
+# python -m sm70ops's exit codes, every command's (__main__ says when each is given).
+EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2, 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +114,48 @@ def cuda_torch(command):
         print(f"{command}: needs a CUDA GPU and torch (none found)")
         return None
     return torch
+
+
+def nvfp4_experts(torch, experts, hidden, inter, seed, device):
+    """Random NVFP4 experts (op 3's six checkpoint tensors as a dict): uniform e2m1 codes, e4m3
+    scales 0.25 .. 3.75 (exponent field 5..8, any mantissa), and scale_2 that brings the weights
+    to about 1/sqrt(fan-in) (a code times these scales has rms ~3)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    e, h, i = experts, hidden, inter
+
+    def codes(*shape):
+        return torch.randint(0, 256, shape, generator=g, device=device, dtype=torch.uint8)
+
+    def scales(*shape):
+        exponent = torch.randint(5, 9, shape, generator=g, device=device, dtype=torch.uint8)
+        mantissa = torch.randint(0, 8, shape, generator=g, device=device, dtype=torch.uint8)
+        return exponent * 8 + mantissa
+
+    def scale_2(*shape, fan_in):
+        return (torch.rand(shape, generator=g, device=device) + 0.5) / (3 * fan_in ** 0.5)
+
+    return dict(w13=codes(e, 2 * i, h // 2), w13_scale=scales(e, 2 * i, h // 16),
+                w13_scale_2=scale_2(e, 2, fan_in=h), w2=codes(e, h, i // 2),
+                w2_scale=scales(e, h, i // 16), w2_scale_2=scale_2(e, fan_in=i))
+
+
+class PluginCalls:
+    """Calls of one op on the plugin, checked once, with one workspace on `device` of the largest
+    size they ask: calling the object runs ctx.execute alone for each, in order, on the current
+    stream. note: the first decline's "REASON: message", "" when the plugin takes every call."""
+
+    def __init__(self, torch, ctx, op, calls, device):
+        self.torch, self.ctx, self.op, self.calls = torch, ctx, op, calls
+        self.decisions = [ctx.check(op, args) for args in calls]
+        declined = [d for d in self.decisions if not d.accepted]
+        self.note = f"{declined[0].reason}: {declined[0].message}" if declined else ""
+        size = max(d.workspace_bytes for d in self.decisions)
+        self.workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
+
+    def __call__(self):
+        stream = self.torch.cuda.current_stream()
+        for args, d in zip(self.calls, self.decisions):
+            self.ctx.execute(self.op, args, stream, self.workspace, d.workspace_bytes)
 
 
 def ms_cell(value):

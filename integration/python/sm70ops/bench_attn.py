@@ -25,9 +25,9 @@ import dataclasses
 import math
 import re
 
-from . import generic, model, ops
-from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, V100, Work, ceilings_line, cuda_torch,
-                    device_ceiling, floor_columns, median_ms, print_comparison)
+from . import data, generic, model, ops
+from .bench import (EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, PluginCalls, V100, Work, ceilings_line,
+                    cuda_torch, device_ceiling, floor_columns, median_ms, print_comparison)
 from .plugin import Plugin
 
 TP = 4  # the model is served at TP4 (ops.md)
@@ -124,18 +124,6 @@ def page_masks(torch, tokens, pages, page):
     return masks[:, :pages].contiguous()
 
 
-def expansion(torch, masks, nb):
-    """sel_blocks [n, nb] int32, sel_mask [n, nb] (int64 bits), sel_count [n] int32 of page
-    masks [n, pages]: the selected pages ascending."""
-    pages = masks.shape[1]
-    column = torch.arange(pages, device=masks.device)
-    order = torch.where(masks != 0, column, pages).sort(dim=1).values[:, :nb]
-    used = order < pages
-    blocks = torch.where(used, order, -1).int()
-    bits = torch.where(used, masks.gather(1, order.clamp(max=pages - 1)), 0)
-    return blocks, bits, used.sum(dim=1).int()
-
-
 def tile_tokens(torch, masks, rows):
     """Tokens in the union of each `rows`-row tile's selections (tiles from the first row),
     summed over tiles: what a kernel with such tiles gathers."""
@@ -147,13 +135,6 @@ def tile_tokens(torch, masks, rows):
     for i in range(1, rows):
         union |= tiles[:, i]
     return _popcount(torch, union)
-
-
-def neighbour_jaccard(torch, masks):
-    """Mean Jaccard of adjacent rows' page sets."""
-    a, b = masks[:-1] != 0, masks[1:] != 0
-    both, either = (a & b).sum(dim=1).float(), (a | b).sum(dim=1).float()
-    return float((both / either.clamp(min=1)).mean())
 
 
 def _generic(torch, q, gate, k_cache, v_cache, table, tokens, sm_scale):
@@ -214,11 +195,11 @@ def _measure_chunk(torch, ctx, p, selector, end):
     tokens = selector.tokens(lengths)
     masks = page_masks(torch, tokens, -(-end // s.page_size), s.page_size)
     nb = generic.selection_width(s.index_topk, s.compress_ratio, s.page_size, end)
-    blocks, bits, count = expansion(torch, masks, nb)
+    blocks, bits, count = generic.expand_selection(tokens, nb, s.page_size)
     heights = sorted(set(TILE_ROWS) | {min(m // (s.q_heads // s.kv_heads), MAX_TILE_ROWS)
                                        for m in KERNEL_MMA_ROWS})
     token_bytes = s.kv_heads * s.head_dim * 4  # its K and V rows, fp16
-    row = Row(end, s.page_size, 1, overlap=neighbour_jaccard(torch, masks), rows=rows,
+    row = Row(end, s.page_size, 1, overlap=data.neighbour_overlap(blocks, count), rows=rows,
               work=attn_work(s, int((tokens >= 0).sum()), end, nb, rows),
               gathered={h: tile_tokens(torch, masks, h) * token_bytes for h in heights})
     out = torch.empty_like(p.q)
@@ -228,20 +209,17 @@ def _measure_chunk(torch, ctx, p, selector, end):
         torch.tensor([end], dtype=torch.int32, device="cuda"), p.table.view(1, -1), blocks, bits,
         count, out, sm_scale=sm_scale, max_seq_len=end, max_query_len=rows, gate=p.gate)
 
-    def generic():
+    def run_generic():
         return _generic(torch, p.q, p.gate, p.k_cache, p.v_cache, p.table, tokens, sm_scale)
 
-    row.generic_ms = median_ms(torch, generic, warmup=1, reps=3)
-    d = ctx.check("qsa_attn", args)
-    if not d.accepted:
-        row.plugin_ms, row.note = None, f"{d.reason}: {d.message}"
+    row.generic_ms = median_ms(torch, run_generic, warmup=1, reps=3)
+    plugin = PluginCalls(torch, ctx, "qsa_attn", [args], p.q.device)
+    d = plugin.decisions[0]
+    if plugin.note:
+        row.plugin_ms, row.note = None, plugin.note
         return row, d
-    stream = torch.cuda.current_stream()
-    workspace = torch.empty(max(d.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
-    row.plugin_ms = median_ms(
-        torch, lambda: ctx.execute("qsa_attn", args, stream, workspace, d.workspace_bytes),
-        warmup=1, reps=5)
-    want = generic().float()
+    row.plugin_ms = median_ms(torch, plugin, warmup=1, reps=5)
+    want = run_generic().float()
     row.rel_l2 = float((out.float() - want).norm() / want.norm())
     return row, d
 
@@ -331,4 +309,4 @@ def main(opts):
     print(ceilings_line(ceiling))
     print("check: " + (f"MISMATCH: {failed} prompts beyond rel-L2 {REL_L2_LIMIT}" if failed
                        else f"plugin output within rel-L2 {REL_L2_LIMIT} of the generic path"))
-    return EXIT_MISMATCH if failed else EXIT_OK
+    return EXIT_FAILED if failed else EXIT_OK

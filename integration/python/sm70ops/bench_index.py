@@ -20,9 +20,9 @@ every case shows its roofline floor (index_work; bench.py).
 import dataclasses
 
 from . import data, gates, generic, model, ops
-from .bench import (EXIT_CANNOT_RUN, EXIT_MISMATCH, EXIT_OK, Work, ceilings_line, cuda_torch,
-                    device_ceiling, floor_columns, floor_header, floor_text, median_ms, ms_cell,
-                    plot_series, print_comparison)
+from .bench import (EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, PluginCalls, Work, ceilings_line,
+                    cuda_torch, device_ceiling, floor_columns, floor_header, floor_text, median_ms,
+                    ms_cell, plot_series, print_comparison)
 from .dlpack import uint64_dtype
 from .plugin import Plugin
 
@@ -120,24 +120,19 @@ class Result:
     note: str = ""
 
 
-class PluginRun:
+class PluginRun(PluginCalls):
     """The plugin's calls over a case's chunks, outputs allocated once for the largest."""
 
     def __init__(self, torch, ctx, s, case):
         p, rows = case.problem, max(r for _, r in case.chunks)
         nb = generic.selection_width(s.topk, s.compress_ratio, s.page_size, p.seq_len)
-        self.torch, self.ctx = torch, ctx
         self.topk_idx = torch.empty((rows, s.topk + s.compress_ratio - 1), dtype=torch.int32,
                                     device=DEVICE)
         self.sel = (torch.empty((rows, nb), dtype=torch.int32, device=DEVICE),
                     torch.empty((rows, nb), dtype=uint64_dtype(), device=DEVICE),
                     torch.empty((rows,), dtype=torch.int32, device=DEVICE))
-        self.calls = [self._args(s, p.chunk(end, r), end, r) for end, r in case.chunks]
-        self.decisions = [ctx.check("qsa_index", a) for a in self.calls]
-        declined = [d for d in self.decisions if not d.accepted]
-        self.note = f"{declined[0].reason}: {declined[0].message}" if declined else ""
-        size = max([d.workspace_bytes for d in self.decisions] + [1])
-        self.workspace = torch.empty(size, dtype=torch.uint8, device=DEVICE)
+        super().__init__(torch, ctx, "qsa_index",
+                         [self._args(s, p.chunk(end, r), end, r) for end, r in case.chunks], DEVICE)
 
     def _args(self, s, inputs, end, rows):
         blocks, masks, count = self.sel
@@ -145,11 +140,6 @@ class PluginRun:
                              max_seq_len=end, max_query_len=rows, topk_idx=self.topk_idx[:rows],
                              sel_blocks=blocks[:rows], sel_mask=masks[:rows],
                              sel_count=count[:rows])
-
-    def __call__(self):
-        stream = self.torch.cuda.current_stream()
-        for args, d in zip(self.calls, self.decisions):
-            self.ctx.execute("qsa_index", args, stream, self.workspace, d.workspace_bytes)
 
 
 def _triton_baseline():
@@ -249,7 +239,7 @@ def verdict(results):
         print(f"check: the plugin's token sets equal the fp64 reference's on {CHECKED_ROWS} rows "
               "of every case" + (f", except {excused} near-tie rows ops.md allows"
                                  if excused else ""))
-    return EXIT_MISMATCH if failed else EXIT_OK
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def run_table(torch, ctx, s, names, ceiling=None):

@@ -103,6 +103,19 @@ def test_tiny_tensor_parallel_ranks_sum_to_the_whole(torch, monkeypatch):
     assert torch.allclose(attn, one[1].float(), rtol=1e-2, atol=1e-2)
 
 
+def test_a_gated_comparison_fails_past_the_gate_and_an_ungated_one_only_reports(torch):
+    g = torch.Generator().manual_seed(5)
+    attn, moe = torch.randn(64, 8, generator=g), torch.randn(64, 8, generator=g)
+    ids = torch.randint(0, 16, (64, 4), generator=g)
+    noisy = (attn + 1e-2 * torch.randn(64, 8, generator=g), moe)  # attention rel-L2 about 1e-2
+    ok, line = demo.compare("near", (attn, moe), (attn, moe), ids, ids.flip(-1))
+    assert ok and line.endswith(": match") and "(gate 0.002)" in line, line
+    ok, line = demo.compare("far", noisy, (attn, moe), ids, ids)
+    assert not ok and line.endswith(": MISMATCH"), line
+    ok, line = demo.compare("far", noisy, (attn, moe), ids, ids, gated=False)
+    assert ok and line.endswith(demo.UNGATED) and "gate 0" not in line, line
+
+
 def test_gpu_demo_tp1_runs_both_paths(cuda_torch, library, run_module):
     code, output = run_module("demo", "--prompts", "1500", "--reps", "1", "--plot", "",
                               "--library", library)
