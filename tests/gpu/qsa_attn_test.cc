@@ -75,12 +75,7 @@ std::vector<int32_t> ModelTokens(int len, int budget, std::set<int> &groups, std
   std::uniform_int_distribution<int> any(0, std::max(0, complete - 1));
   while (int(kept.size()) < want) kept.insert(any(rng));
   groups = kept;
-  std::vector<int32_t> tokens;
-  for (int g : kept) {
-    for (int j = 0; j < kRatio; ++j) tokens.push_back(g * kRatio + j);
-  }
-  for (int j = complete * kRatio; j < len; ++j) tokens.push_back(j);
-  return tokens;
+  return sm70ops::ref::qsa_index_token_set({kept.begin(), kept.end()}, kRatio, len);
 }
 
 std::vector<int32_t> SparseTokens(int len, int budget, std::mt19937 &rng) {
@@ -158,10 +153,13 @@ class AttnRun {
   AttnRun(const Case &c, const Inputs &in, float sm_scale)
       : T_(in.rows), Hq_(c.q_heads), D_(c.head_dim), row_(Hq_ * D_ + c.row_pad) {
     q_ = Uploaded(Strided(in.q, T_, Hq_ * D_, row_, 0, kNanHalf));
-    std::vector<uint16_t> kv_host(in.kv.k);  // k then v: one [2, pages, P, Hkv, D] buffer
-    kv_host.insert(kv_host.end(), in.kv.v.begin(), in.kv.v.end());
-    kv_ = Uploaded(kv_host);
-    k_only_ = Uploaded(in.kv.k), v_only_ = Uploaded(in.kv.v);
+    if (c.fused_kv) {  // k then v: one [2, pages, P, Hkv, D] buffer, both bound to k_
+      std::vector<uint16_t> kv(in.kv.k);
+      kv.insert(kv.end(), in.kv.v.begin(), in.kv.v.end());
+      k_ = Uploaded(kv);
+    } else {
+      k_ = Uploaded(in.kv.k), v_ = Uploaded(in.kv.v);
+    }
     qsl_ = Uploaded(in.meta.query_start_loc), lens_ = Uploaded(in.meta.seq_lens);
     table_ = Uploaded(in.meta.block_table);
     blocks_ = Uploaded(in.sel.blocks), masks_ = Uploaded(in.sel.masks);
@@ -169,9 +167,8 @@ class AttnRun {
     o_ = DeviceBuffer(T_ * row_ * 2), lse_ = DeviceBuffer(T_ * Hq_ * 4);
     if (!in.gate.empty()) gate_ = Uploaded(Strided(in.gate, T_, Hq_ * D_, row_, 0, kNanHalf));
     Describe(c, in, sm_scale);
-    const uint64_t v_offset = c.fused_kv ? in.kv.k.size() * 2 : 0;
-    Bind(call_, "k_cache", c.fused_kv ? kv_ : k_only_);
-    Bind(call_, "v_cache", c.fused_kv ? kv_ : v_only_, v_offset);
+    Bind(call_, "k_cache", k_);
+    Bind(call_, "v_cache", c.fused_kv ? k_ : v_, c.fused_kv ? in.kv.k.size() * 2 : 0);
     Bind(call_, "query_start_loc", qsl_), Bind(call_, "seq_lens", lens_);
     Bind(call_, "block_table", table_), Bind(call_, "sel_blocks", blocks_);
     Bind(call_, "sel_mask", masks_), Bind(call_, "sel_count", count_);
@@ -240,7 +237,7 @@ class AttnRun {
   }
 
   int64_t T_, Hq_, D_, row_;
-  DeviceBuffer q_{0}, gate_{0}, kv_{0}, k_only_{0}, v_only_{0}, qsl_{0}, lens_{0}, table_{0};
+  DeviceBuffer q_{0}, gate_{0}, k_{0}, v_{0}, qsl_{0}, lens_{0}, table_{0};
   DeviceBuffer blocks_{0}, masks_{0}, count_{0}, o_{0}, lse_{0}, workspace_{0};
   sm70ops_desc_call call_;
 };
