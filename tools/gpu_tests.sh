@@ -74,7 +74,7 @@ run() {
   echo "gpu: $passed passed, $failed failed, $skipped skipped"
 }
 
-# Every tool over every test binary, but the cases whose CPU reference or cycle count would take
+# The named tools (default: all four) over every test binary, but the cases whose CPU reference or cycle count would take
 # minutes under instrumentation (131072-token contexts, the 1000 load cycles): kernels and
 # launch shapes are the same in the cases that remain.
 sanitize() {

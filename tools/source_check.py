@@ -2,12 +2,11 @@
 """Checks of every tracked source file that need no build: clang-format (style: .clang-format)
 over C, C++ and CUDA; ruff's pyflakes rules over Python, which catch the names a module uses
 but never binds (the GPU-only paths, such as the benches, run nowhere in CI)."""
-import shutil
 import subprocess
 import sys
 
 C_EXTENSIONS = (".c", ".h", ".cc", ".cu", ".cuh")
-RUFF = "ruff==0.17.6"
+RUFF_VERSION = "0.17.6"
 
 
 def tracked(extensions):
@@ -28,23 +27,27 @@ def clang_format():
 
 
 def ruff_command():
-    """ruff on PATH, else the pinned one installed for this user; None when neither is there."""
-    if shutil.which("ruff"):
-        return ["ruff"]
-    installed = subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True)
-    if installed.returncode != 0:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", RUFF], capture_output=True)
-    if subprocess.run([sys.executable, "-m", "ruff", "--version"],
-                      capture_output=True).returncode != 0:
-        return None
-    return [sys.executable, "-m", "ruff"]
+    """python3 -m ruff at the pinned version, which pip installs (as test.sh does pytest) when
+    this interpreter lacks it or has another; None when that fails. The pin keeps findings from
+    changing with ruff's releases."""
+    command = [sys.executable, "-m", "ruff"]
+
+    def version():
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True)
+        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else None
+
+    if version() != RUFF_VERSION:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"ruff=={RUFF_VERSION}"],
+                       capture_output=True)
+    return command if version() == RUFF_VERSION else None
 
 
 def pyflakes():
     sources = tracked((".py",))
     ruff = ruff_command()
     if ruff is None:
-        print(f"pyflakes: could not run ruff (fix: python3 -m pip install {RUFF})")
+        print(f"pyflakes: could not run ruff {RUFF_VERSION} (fix: python3 -m pip install "
+              f"ruff=={RUFF_VERSION})")
         return False
     done = subprocess.run([*ruff, "check", "--no-cache", "--select", "F", "--output-format",
                            "concise", *sources], capture_output=True, text=True)

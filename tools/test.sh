@@ -13,12 +13,14 @@ cd "$(dirname "$0")/.."
 
 passed=0 failed=0 skipped=0
 # Adds a step's summary line ("...: N passed, N failed[, N skipped]") to the totals and sets
-# step_failed; a line without the counts is one failure.
+# step_failed; a line with neither count is one failure.
+count_of() { grep -oE "[0-9]+ $1" <<<"$2" | tail -n 1 | cut -d' ' -f1; } # WORD LINE
 add_counts() { # STEP LINE
   local p f s
-  read -r p f s < <(grep -oE '[0-9]+ (passed|failed|skipped)' <<<"$2" | cut -d' ' -f1 | paste -sd' ')
-  [ -z "$p" ] && { echo "$1: no result"; p=0 f=1; }
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + ${s:-0})) step_failed=$f
+  p=$(count_of passed "$2") f=$(count_of failed "$2") s=$(count_of skipped "$2")
+  [ -z "$p$f" ] && { echo "$1: no result"; f=1; }
+  passed=$((passed + ${p:-0})) failed=$((failed + ${f:-0})) skipped=$((skipped + ${s:-0}))
+  step_failed=${f:-0}
 }
 
 run_config() { # LABEL BAZEL_FLAGS...   (TARGETS="..." run_config ...: other targets than //...)
