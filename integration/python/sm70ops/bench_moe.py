@@ -3,13 +3,12 @@ run, with the roofline floor.
 
 The model's routed experts (E 512, top-10, H 2560) at the TP4 (I 160) and TP1 (I 640) ranks, or
 with --shapes v1 contract version 1's (H 2048, I 128 and 512); T tokens with random routing. The
-plugin runs on prepared weights (op 4 is timed once per rank, on its second call, as a host runs
-it at load: check, allocation, repack), and on the checkpoint layout for comparison, its args, check, workspace
-and output made once per case so that the timing covers ctx.execute alone (as bench_index's and
-bench_attn's); the generic path is generic.moe_dense on the fp16 copy of the experts a host
-without the plugin makes at load (3.6x the NVFP4 bytes). Both are compared with
-generic.nvfp4_moe (fp32 on the dequantized weights); the plugin's error is held to ops.md's
-gate.
+plugin runs on prepared weights (op 4 is timed once per rank, on its second call, as a host runs it
+at load: check, allocation, repack), and on the checkpoint layout for comparison, its args, check,
+workspace and output made once per case so that the timing covers ctx.execute alone (as
+bench_index's and bench_attn's); the generic path is generic.moe_dense on the fp16 copy of the
+experts a host without the plugin makes at load (3.6x the NVFP4 bytes). Both are compared with
+generic.nvfp4_moe (fp32 on the dequantized weights); the plugin's error is held to ops.md's gate.
 
 cuBLAS: both fp16 GEMMs of every expert with rows on that fp16 copy, one torch.mm (cuBLAS) per
 expert and GEMM (cuBLAS has no grouped GEMM of unequal sizes), the rows already gathered (no
@@ -118,7 +117,8 @@ def cublas_ms(torch, dense, ids):
 def _prepare(torch, ctx, experts):
     """Op 4's bytes (None when declined), after printing how long it took. Timed on the second
     call: a process's first call of a torch custom op imports torch's dispatch machinery
-    (dynamo, sympy: seconds on a fresh machine), whatever the op."""
+    (dynamo, sympy: seconds on a fresh machine), whatever the op. The second call's output
+    reuses the first's freed block (torch's caching allocator), so no cudaMalloc is timed."""
     host, held = TorchOps(ctx), []
 
     def prepare():  # the previous call's bytes are freed first: one prepared copy at a time
