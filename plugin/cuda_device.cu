@@ -77,11 +77,8 @@ extern "C" int32_t sm70_cuda_enter(int32_t ordinal, int32_t *previous, sm70_cuda
 }
 
 extern "C" int32_t sm70_cuda_leave(int32_t previous, sm70_cuda_error *err) {
-  int current = 0;
-  cudaError_t status = cudaGetDevice(&current);
-  if (status != cudaSuccess) return report(status, "cudaGetDevice", err);
-  if (current == previous) return report(cudaSuccess, "", err);
-  return report(cudaSetDevice(previous), "cudaSetDevice", err);
+  int32_t ours = 0;  // entering the caller's device again leaves ours
+  return sm70_cuda_enter(previous, &ours, err);
 }
 
 extern "C" void sm70_cuda_describe(int32_t code, sm70_cuda_error *err) {

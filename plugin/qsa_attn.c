@@ -189,9 +189,6 @@ const sm70_op sm70_op_qsa_attn = {
     .plan = plan_qsa_attn,
 };
 
-static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }
-static int64_t head_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[1]; }
-
 static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
                                       void *workspace) {
   (void)workspace;
@@ -224,13 +221,13 @@ static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, v
       .sel_mask_stride = a->sel_mask->strides[0],
       .sel_count = sm70_tensor_data(a->sel_count),
       .gate = sm70_tensor_data(a->gate),
-      .gate_row_stride = row_stride(a->gate),
-      .gate_head_stride = head_stride(a->gate),
+      .gate_row_stride = sm70_tensor_stride(a->gate, 0),
+      .gate_head_stride = sm70_tensor_stride(a->gate, 1),
       .out = sm70_tensor_data(a->out),
       .out_row_stride = a->out->strides[0],
       .out_head_stride = a->out->strides[1],
       .lse = sm70_tensor_data(a->lse),
-      .lse_row_stride = row_stride(a->lse),
+      .lse_row_stride = sm70_tensor_stride(a->lse, 0),
       .sm_scale = a->sm_scale,
       .rows = (int32_t)a->q->shape[0],
       .requests = (int32_t)a->seq_lens->shape[0],

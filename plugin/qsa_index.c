@@ -222,8 +222,6 @@ static void plan_qsa_index(const sm70ops_context *ctx, const void *args, int32_t
   plan->smem_bytes = sm70_qsa_index_smem_bytes(max_keys(a));
 }
 
-static int64_t row_stride(const DLTensor *t) { return t == NULL ? 0 : t->strides[0]; }
-
 static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, void *stream,
                                        void *workspace) {
   const sm70ops_qsa_index_args *a = args;
@@ -234,7 +232,7 @@ static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, 
       .q_row_stride = a->q->strides[0],
       .q_head_stride = a->q->strides[1],
       .weights = sm70_tensor_data(a->weights),
-      .weights_row_stride = row_stride(a->weights),
+      .weights_row_stride = sm70_tensor_stride(a->weights, 0),
       .k_index = sm70_tensor_data(a->k_index),
       .k_page_stride = a->k_index->strides[0],
       .k_token_stride = a->k_index->strides[1],
@@ -243,11 +241,11 @@ static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, 
       .block_table = sm70_tensor_data(a->block_table),
       .block_table_stride = a->block_table->strides[0],
       .topk_idx = sm70_tensor_data(a->topk_idx),
-      .topk_idx_stride = row_stride(a->topk_idx),
+      .topk_idx_stride = sm70_tensor_stride(a->topk_idx, 0),
       .sel_blocks = sm70_tensor_data(a->sel_blocks),
-      .sel_blocks_stride = row_stride(a->sel_blocks),
+      .sel_blocks_stride = sm70_tensor_stride(a->sel_blocks, 0),
       .sel_mask = sm70_tensor_data(a->sel_mask),
-      .sel_mask_stride = row_stride(a->sel_mask),
+      .sel_mask_stride = sm70_tensor_stride(a->sel_mask, 0),
       .sel_count = sm70_tensor_data(a->sel_count),
       .rows = (int32_t)a->q->shape[0],
       .requests = (int32_t)a->seq_lens->shape[0],

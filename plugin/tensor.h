@@ -57,4 +57,9 @@ static inline void *sm70_tensor_data(const DLTensor *t) {
   return t == NULL ? NULL : sm70_tensor_base(t);
 }
 
+/* An optional tensor's stride along `dim`, in elements: 0 when the tensor is NULL. */
+static inline int64_t sm70_tensor_stride(const DLTensor *t, int32_t dim) {
+  return t == NULL ? 0 : t->strides[dim];
+}
+
 #endif /* SM70OPS_PLUGIN_TENSOR_H_ */

@@ -281,7 +281,6 @@ static dims model_dims(fz_reader *r) {
             .page = 64,
             .ratio = 4,
             .topk = 2048,
-            .sel_blocks = 64,
             .heads_q = 6,
             .heads_kv = 1,
             .head_dim = 256,

@@ -43,6 +43,14 @@ Plugin::Plugin() {
 
 Plugin::~Plugin() { sm70ops_host_close(host_); }
 
+sm70ops_decision Decide(const Plugin &plugin, sm70ops_op op, const void *args) {
+  sm70ops_decision d = {};
+  d.struct_size = sizeof(d);
+  EXPECT_EQ(plugin.api().check(plugin.ctx(), op, args, &d), SM70OPS_OK);
+  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+  return d;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   Check(cudaMalloc(&data_, bytes > 0 ? bytes : 1), "cudaMalloc");
 }

@@ -45,6 +45,9 @@ class Plugin {
   std::string error_;
 };
 
+// check()'s decision on `args`, expected (as a test failure otherwise) to be an acceptance.
+sm70ops_decision Decide(const Plugin &plugin, sm70ops_op op, const void *args);
+
 // Device memory, freed on destruction.
 class DeviceBuffer {
  public:

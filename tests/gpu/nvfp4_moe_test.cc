@@ -331,14 +331,6 @@ class Device {
   sm70ops_desc_call checkpoint_, prepared_, prepare_;
 };
 
-sm70ops_decision Decide(const Plugin &plugin, sm70ops_op op, const void *args) {
-  sm70ops_decision d = {};
-  d.struct_size = sizeof(d);
-  EXPECT_EQ(plugin.api().check(plugin.ctx(), op, args, &d), SM70OPS_OK);
-  EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
-  return d;
-}
-
 // One execute of op 3 with out and a fresh workspace poisoned (NaN in fp16 and fp32).
 std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev,
                              const sm70ops_nvfp4_moe_args &args) {

@@ -113,12 +113,12 @@ double MeanNeighbourJaccard(const std::vector<Expansion> &rows) {
   return pairs ? sum / pairs : 0;
 }
 
-// sel_blocks' width: what ops.md says always suffices, min(B/c + 1, ceil(max L / P)) (single
-// tokens: min(B, ...)); every page for kAll.
+// sel_blocks' width: what ops.md says always suffices (sparse picks are single tokens, c = 1);
+// every page for kAll.
 int SelectionWidth(const Case &c, const Inputs &in) {
   if (c.pick == Pick::kAll) return in.meta.max_pages;
-  const int pages = c.pick == Pick::kSparse ? c.budget : c.budget / kRatio + 1;
-  return std::max(1, std::min(pages, in.meta.max_pages));
+  const int ratio = c.pick == Pick::kSparse ? 1 : kRatio;
+  return int(sm70ops_desc_selection_width(c.budget, ratio, in.meta.max_pages));
 }
 
 Inputs MakeInputs(const Case &c) {
@@ -185,10 +185,7 @@ class AttnRun {
 
   // check() accepts, and the (empty) workspace is allocated.
   bool Accepted(const Plugin &plugin) {
-    sm70ops_decision d = {};
-    d.struct_size = sizeof(d);
-    EXPECT_EQ(plugin.api().check(plugin.ctx(), call_.op, &call_.args, &d), SM70OPS_OK);
-    EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+    const sm70ops_decision d = Decide(plugin, call_.op, &call_.args);
     workspace_ = DeviceBuffer(d.workspace_bytes);
     return d.accepted;
   }

@@ -27,7 +27,7 @@
 namespace sm70ops_gpu {
 namespace {
 
-// How a case's keys are laid out: a key per group of `ratio` tokens, `page`-token pages.
+// Which way a case makes the sampled threshold misjudge every long row (ScaleSampledKeys).
 enum class Misjudge { kNone, kHighThreshold, kLowThreshold };
 
 struct Case {
@@ -185,10 +185,7 @@ class IndexRun {
 
   // check() accepts, and the workspace it asks for is allocated.
   bool Accepted(const Plugin &plugin) {
-    sm70ops_decision d = {};
-    d.struct_size = sizeof(d);
-    EXPECT_EQ(plugin.api().check(plugin.ctx(), call_.op, &call_.args, &d), SM70OPS_OK);
-    EXPECT_TRUE(d.accepted) << plugin.api().reason_name(d.reason) << ": " << d.message;
+    const sm70ops_decision d = Decide(plugin, call_.op, &call_.args);
     workspace_ = DeviceBuffer(d.workspace_bytes);
     return d.accepted;
   }

@@ -20,7 +20,7 @@ from . import generic
 
 class TorchOps:
     """Per-op dispatch between the plugin and generic.py under one context. Not thread-safe:
-    calls on different streams of one device must be ordered by the caller."""
+    its `paths` counter is updated without a lock."""
 
     def __init__(self, ctx=None):
         import torch
