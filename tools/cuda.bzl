@@ -92,14 +92,19 @@ _cuda_objects = rule(
     implementation = _cuda_objects_impl,
     attrs = {
         "srcs": attr.label_list(allow_files = [".cu"]),
-        "hdrs": attr.label_list(allow_files = [".h", ".cuh"]),
+        # .hpp and .inl: CUTLASS's headers (//tests/sim_bench:cutlass_peers) include both.
+        "hdrs": attr.label_list(allow_files = [".h", ".cuh", ".hpp", ".inl"]),
         "copts": attr.string_list(),
         "toolchain": attr.string(values = _TOOLCHAINS.keys()),
     },
 )
 
-def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None):
-    """A cc_library of nvcc-compiled objects, built by the toolchain --config selects."""
+def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None, tags = None):
+    """A cc_library of nvcc-compiled objects, built by the toolchain --config selects.
+
+    tags go to both targets: a library tagged manual (one that needs an optional download, such as
+    //tests/sim_bench:cutlass_peers's CUTLASS headers) keeps both out of `bazel build //...`.
+    """
     _cuda_objects(
         name = name + "_objects",
         srcs = srcs,
@@ -111,6 +116,7 @@ def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None
             "//tools:sm70": "sm70",
             "//conditions:default": "default",
         }),
+        tags = tags,
     )
     native.cc_library(
         name = name,
@@ -120,4 +126,5 @@ def cuda_library(name, srcs, hdrs = [], copts = [], deps = [], visibility = None
         # Kernels are reached through the plugin's tables, not by symbol: keep every object.
         alwayslink = 1,
         visibility = visibility,
+        tags = tags,
     )

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -24,6 +25,7 @@
 #include "tests/ref/compare.h"
 #include "tests/ref/half.h"
 #include "tests/ref/qsa_attn_ref.h"
+#include "tests/sim_bench/report.h"
 
 namespace sm70ops_gpu {
 namespace {
@@ -38,6 +40,7 @@ enum class Pick {
   kModel,   // op 1's token set: B/c groups of c tokens and the tail, ~80% kept from the neighbour
   kSparse,  // B single tokens spread uniformly
   kEmptyRows,  // kModel, with every third row selecting nothing
+  kRuns,       // bench_attn's: runs of 16 tokens whose scores drift slowly row to row (RunSelector)
 };
 
 struct Case {
@@ -78,6 +81,59 @@ std::vector<int32_t> ModelTokens(int len, int budget, std::set<int> &groups, std
   return sm70ops::ref::qsa_index_token_set({kept.begin(), kept.end()}, kRatio, len);
 }
 
+// The token sets of python -m sm70ops bench qsa_attn (integration/python/sm70ops/bench_attn.py,
+// Selector), for the consecutive rows of one request: a row takes the B/16 best complete runs of
+// 16 tokens (whole groups) and the tail, run j scoring base[j] + the mean of the last 32 rows'
+// N(0, 1) draws (times sqrt(32): unit variance), so that scores drift slowly along the rows as
+// the indexer's do; neighbouring rows share about 70% of their pages at 128K. A row with at most
+// B/c complete groups takes every token.
+class RunSelector {
+ public:
+  static constexpr int kRun = 16, kWindow = 32;
+
+  RunSelector(int seq_len, std::mt19937 &rng)
+      : rng_(rng), base_(seq_len / kRun), sum_(base_.size()) {
+    for (double &b : base_) b = normal_(rng_);
+    for (int i = 0; i + 1 < kWindow; ++i) Draw();
+  }
+
+  std::vector<int32_t> Next(int len, int budget) {
+    Draw();
+    const int complete = len / kRatio;
+    if (complete <= budget / kRatio) return sm70ops::ref::qsa_index_token_set({}, kRatio, len);
+    std::vector<std::pair<double, int>> scores;
+    for (int j = 0; j < len / kRun; ++j) {
+      scores.emplace_back(-(base_[j] + sum_[j] / std::sqrt(double(kWindow))), j);
+    }
+    const int take = budget / kRun;
+    std::nth_element(scores.begin(), scores.begin() + take, scores.end());
+    std::vector<int32_t> groups;
+    for (int i = 0; i < take; ++i) {
+      for (int g = 0; g < kRun / kRatio; ++g)
+        groups.push_back(scores[i].second * kRun / kRatio + g);
+    }
+    std::sort(groups.begin(), groups.end());
+    return sm70ops::ref::qsa_index_token_set(groups, kRatio, len);
+  }
+
+ private:
+  // One row's draws into the window's sums, the oldest row's out once the window is full.
+  void Draw() {
+    std::vector<double> draw(base_.size());
+    for (size_t j = 0; j < draw.size(); ++j) sum_[j] += (draw[j] = normal_(rng_));
+    window_.push_back(std::move(draw));
+    if (window_.size() > kWindow) {
+      for (size_t j = 0; j < sum_.size(); ++j) sum_[j] -= window_.front()[j];
+      window_.pop_front();
+    }
+  }
+
+  std::mt19937 &rng_;
+  std::normal_distribution<double> normal_;
+  std::vector<double> base_, sum_;
+  std::deque<std::vector<double>> window_;
+};
+
 std::vector<int32_t> SparseTokens(int len, int budget, std::mt19937 &rng) {
   std::set<int32_t> out;
   std::uniform_int_distribution<int> any(0, len - 1);
@@ -89,10 +145,15 @@ std::vector<Expansion> PickTokens(const Case &c, const Inputs &in, std::mt19937 
   const auto rows = sm70ops::ref::varlen_rows(in.meta);
   std::vector<Expansion> out;
   std::set<int> groups;
+  std::unique_ptr<RunSelector> runs;
   for (int t = 0; t < in.rows; ++t) {
-    if (t == 0 || rows[t - 1].request != rows[t].request) groups.clear();
-    std::vector<int32_t> tokens = c.pick == Pick::kSparse
-                                      ? SparseTokens(rows[t].len, c.budget, rng)
+    if (t == 0 || rows[t - 1].request != rows[t].request) {
+      groups.clear();
+      runs = std::make_unique<RunSelector>(in.meta.seq_lens[rows[t].request], rng);
+    }
+    std::vector<int32_t> tokens = c.pick == Pick::kSparse ? SparseTokens(rows[t].len, c.budget, rng)
+                                  : c.pick == Pick::kRuns
+                                      ? runs->Next(rows[t].len, c.budget)
                                       : ModelTokens(rows[t].len, c.budget, groups, rng);
     if (c.pick == Pick::kEmptyRows && t % 3 == 1) tokens.clear();
     out.push_back(sm70ops::ref::qsa_index_expand(tokens, c.page));
@@ -502,6 +563,130 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"g16_d256_p32_all", {{5, 400}}, 16, 1, 256, 32, 0, Pick::kAll},
         Case{"g3_d128_p64", {{11, 1000}}, 6, 2, 128, 64, 256, Pick::kSparse},
         Case{"g6_d128_p32_gated", {{17, 2500}}, 6, 1, 128, 32, 2048, Pick::kModel, true}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+// ---- The simulated V100's bench (tools/sim_bench.sh runs the SimBench cases in timing mode):
+// the model's TP4 rank (6 query heads, 1 KV head, D 256, gated), the last 320 rows of a 128K and
+// an 8K prompt (a wave of row tiles on a quarter V100: 20 tiles of 16 rows, one an SM), token sets
+// as bench_attn draws them (kRuns) or growing faster (kModel). One timed execute; a sample of rows
+// against the reference.
+constexpr int kSampledRows = 24;
+
+// The rows `sample` of `in` as a batch of their own (a one-row request each, the same caches):
+// what the reference computes for the bench.
+struct SampledRows {
+  std::vector<uint16_t> q, gate;
+  sm70ops::ref::Varlen meta;
+  Selection sel;
+};
+
+SampledRows SampleRows(const Case &c, const Inputs &in, const std::vector<int> &sample) {
+  const auto rows = sm70ops::ref::varlen_rows(in.meta);
+  const size_t width = size_t(c.q_heads) * c.head_dim, nb = in.sel.nb, pages = in.meta.max_pages;
+  SampledRows out;
+  out.meta.page_size = in.meta.page_size, out.meta.max_pages = in.meta.max_pages;
+  out.meta.query_start_loc = {0};
+  out.sel.nb = in.sel.nb;
+  for (const int t : sample) {
+    out.meta.query_start_loc.push_back(out.meta.query_start_loc.back() + 1);
+    out.meta.seq_lens.push_back(rows[t].len);
+    const auto table = in.meta.block_table.begin() + rows[t].request * pages;
+    out.meta.block_table.insert(out.meta.block_table.end(), table, table + pages);
+    out.q.insert(out.q.end(), in.q.begin() + t * width, in.q.begin() + (t + 1) * width);
+    if (!in.gate.empty()) {
+      out.gate.insert(out.gate.end(), in.gate.begin() + t * width,
+                      in.gate.begin() + (t + 1) * width);
+    }
+    out.sel.blocks.insert(out.sel.blocks.end(), in.sel.blocks.begin() + t * nb,
+                          in.sel.blocks.begin() + (t + 1) * nb);
+    out.sel.masks.insert(out.sel.masks.end(), in.sel.masks.begin() + t * nb,
+                         in.sel.masks.begin() + (t + 1) * nb);
+    out.sel.count.push_back(in.sel.count[t]);
+  }
+  return out;
+}
+
+// Tokens of the token set of a row with `len` keys (ops.md op 1, c 4, budget B): all of them up
+// to B/c groups, else B and the tail.
+int64_t SetSize(int64_t len, int budget) {
+  return len / kRatio <= budget / kRatio ? len : budget + len % kRatio;
+}
+
+// Useful FLOPs (QK and PV of every query head over its row's tokens) and compulsory bytes (q,
+// gate, out, the selection, and K and V of every token some row selects, once) of the case; and
+// how many times its FLOPs a whole prompt of `prompt` rows takes (every row its own set).
+struct Work {
+  double flops, bytes, scale;
+};
+
+Work AttnWork(const Case &c, const Inputs &in, int prompt) {
+  std::set<int64_t> tokens;
+  double selected = 0;
+  const int64_t P = in.meta.page_size;
+  for (int t = 0; t < in.rows; ++t) {
+    for (int e = 0; e < in.sel.count[t]; ++e) {
+      const uint64_t mask = in.sel.masks[size_t(t) * in.sel.nb + e];
+      const int64_t page = in.sel.blocks[size_t(t) * in.sel.nb + e];
+      for (int b = 0; b < P; ++b) {
+        if (mask >> b & 1) tokens.insert(page * P + b), ++selected;
+      }
+    }
+  }
+  double whole = 0;
+  for (int64_t len = 1; len <= prompt; ++len) whole += double(SetSize(len, c.budget));
+  const double per_token = 4.0 * c.q_heads * c.head_dim;
+  const double heads = double(in.rows) * c.q_heads * c.head_dim * 2 * (c.gated ? 3 : 2);
+  const double kv = double(tokens.size()) * c.kv_heads * c.head_dim * 4;
+  return {per_token * selected, heads + in.rows * (in.sel.nb * 12.0 + 4) + kv, whole / selected};
+}
+
+class SM70_QsaAttnBench : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SM70_QsaAttnBench, Once) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Case &c = GetParam();
+  const Inputs in = MakeInputs(c);
+  const int prompt = c.requests[0].second;
+  const Work work = AttnWork(c, in, prompt);
+  const std::string whole =
+      "the whole " + std::to_string(prompt) + "-token prompt, per layer and rank";
+  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, whole.c_str());
+  AttnRun run(c, in, ScaleOf(c));
+  ASSERT_TRUE(run.Accepted(plugin));
+  run.Poison(nullptr);
+  sm70ops_bench::BeginTimed();
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
+  sm70ops_bench::EndTimed();
+  const Outputs out = run.Download();
+  std::vector<int> sample;
+  for (int i = 0; i < kSampledRows; ++i) sample.push_back(int(int64_t(i) * in.rows / kSampledRows));
+  const SampledRows ref_in = SampleRows(c, in, sample);
+  const auto ref = sm70ops::ref::qsa_attn_ref(ref_in.q, c.q_heads, in.kv, ref_in.meta, ref_in.sel,
+                                              ScaleOf(c), ref_in.gate);
+  const size_t width = size_t(c.q_heads) * c.head_dim;
+  std::vector<double> got;
+  for (const int t : sample) {
+    for (size_t i = 0; i < width; ++i)
+      got.push_back(sm70ops::ref::half_to_float(out.o[t * width + i]));
+  }
+  const auto e = sm70ops::ref::compare(got, ref.o);
+  EXPECT_EQ(e.non_finite, 0);
+  EXPECT_LE(e.rel_l2, 2e-3);
+  char detail[160];
+  std::snprintf(detail, sizeof(detail), "rel-L2 %.3g, neighbour Jaccard %.2f", e.rel_l2,
+                in.overlap);
+  sm70ops_bench::ReportCheck(kSampledRows, e.non_finite == 0 && e.rel_l2 <= 2e-3, detail);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SimBench, SM70_QsaAttnBench,
+    ::testing::Values(
+        Case{"p64_128k", {{320, 131072}}, 6, 1, 256, 64, 2048, Pick::kRuns, true},
+        Case{"p16_128k", {{320, 131072}}, 6, 1, 256, 16, 2048, Pick::kRuns, true},
+        Case{"p64_8k", {{320, 8192}}, 6, 1, 256, 64, 2048, Pick::kRuns, true},
+        Case{"p64_128k_growing", {{320, 131072}}, 6, 1, 256, 64, 2048, Pick::kModel, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace

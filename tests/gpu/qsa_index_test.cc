@@ -23,6 +23,7 @@
 #include "tests/gpu/robustness.h"
 #include "tests/ref/half.h"
 #include "tests/ref/qsa_index_ref.h"
+#include "tests/sim_bench/report.h"
 
 namespace sm70ops_gpu {
 namespace {
@@ -41,7 +42,8 @@ struct Case {
   bool repeated_keys = false;                 // a few distinct keys repeated: exact ties everywhere
   int chunk_rows = 0;                         // > 0: cap the workspace to chunks of this many rows
   Misjudge misjudge = Misjudge::kNone;        // the keys the sample reads scaled to fool it
-  int k_token_pad = 0;  // extra halves (NaN) between key rows: a strided k_index view
+  int k_token_pad = 0;          // extra halves (NaN) between key rows: a strided k_index view
+  bool page_clustered = false;  // each page's keys share a component (sm70ops.data's pages-0.7)
 };
 
 // gtest prints a failing case by its name.
@@ -77,6 +79,27 @@ void ScaleSampledKeys(Inputs &in, float factor) {
   }
 }
 
+// sm70ops.data's pages-S keys (integration/python/sm70ops/data.py, S = kPageWeight): each page's
+// keys mix their own normal values with one shared by the page, sqrt(1 - S^2) a + S b, so that
+// a row's best keys come in whole pages, as real keys correlated along positions do.
+constexpr float kPageWeight = 0.7f;
+
+void ClusterByPage(Inputs &in, std::mt19937 &rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const float own = std::sqrt(1.f - kPageWeight * kPageWeight);
+  std::vector<float> shared(kDim);
+  for (size_t key = 0; key < in.index.k_index.size() / kDim; ++key) {
+    if (key % in.keys_per_page == 0) {
+      for (float &v : shared) v = normal(rng);
+    }
+    uint16_t *k = &in.index.k_index[key * kDim];
+    for (int d = 0; d < kDim; ++d) {
+      k[d] = sm70ops::ref::float_to_half(own * sm70ops::ref::half_to_float(k[d]) +
+                                         kPageWeight * shared[d]);
+    }
+  }
+}
+
 Inputs MakeInputs(const Case &c, uint32_t seed) {
   std::mt19937 rng(seed);
   Inputs in;
@@ -90,6 +113,7 @@ Inputs MakeInputs(const Case &c, uint32_t seed) {
   x.q = sm70ops::ref::random_halves(size_t(in.rows) * kHeads * kDim, rng);
   const size_t cache_keys = size_t(in.num_pages) * in.keys_per_page;
   x.k_index = sm70ops::ref::random_halves(cache_keys * kDim, rng);
+  if (c.page_clustered) ClusterByPage(in, rng);
   if (c.repeated_keys) {  // every key is one of 7 distinct keys
     for (size_t key = 7; key < cache_keys; ++key) {
       std::copy_n(&x.k_index[(key % 7) * kDim], kDim, &x.k_index[key * kDim]);
@@ -559,6 +583,100 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SM70_QsaIndex, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case> &info) {
                            return info.param.name;
                          });
+
+// ---- The simulated V100's bench (tools/sim_bench.sh runs the SimBench cases in timing mode):
+// the model's weight-free indexer (c 4, B 2048, 64-token pages), rows at the end of a 128K and an
+// 8K context, on i.i.d. and page-clustered keys. One timed execute; a sample of rows judged
+// against the reference (ops.md's near-tie rule), their expansion exact.
+constexpr int kSampledRows = 16;
+
+// Useful FLOPs (one scoring of each complete group a row sees, 4 heads of 128) and compulsory
+// bytes (the keys once, q, topk_idx and the expansion) of the case; and how many times its FLOPs
+// the whole prefill of its context takes (every row of the prompt scoring its own groups).
+struct Work {
+  double flops, bytes, scale;
+};
+
+Work IndexWork(const Case &c, const Inputs &in) {
+  const double per_group = 2.0 * kHeads * kDim;
+  double groups = 0;
+  for (const auto &row : sm70ops::ref::varlen_rows(in.meta)) groups += row.len / c.ratio;
+  double prompt = 0;
+  for (int64_t len = 1; len <= in.max_seq_len; ++len) prompt += double(len / c.ratio);
+  const double keys = double(in.max_seq_len / c.ratio) * kDim * 2;
+  const double per_row =
+      kHeads * kDim * 2 + (c.topk + c.ratio - 1) * 4.0 + IndexRun::SelectionWidth(c, in) * 12.0 + 4;
+  return {per_group * groups, keys + per_row * in.rows, prompt / groups};
+}
+
+class SM70_QsaIndexBench : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SM70_QsaIndexBench, Once) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Case &c = GetParam();
+  const Inputs in = MakeInputs(c, uint32_t(std::hash<std::string>{}(c.name)));
+  const Work work = IndexWork(c, in);
+  const std::string whole =
+      "the whole " + std::to_string(in.max_seq_len) + "-token prefill, per layer";
+  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, whole.c_str());
+  IndexRun run(c, in);
+  ASSERT_TRUE(run.Accepted(plugin));
+  run.Poison(nullptr);
+  sm70ops_bench::BeginTimed();
+  EXPECT_EQ(run.Execute(plugin, nullptr), SM70OPS_OK) << plugin.api().last_error();
+  sm70ops_bench::EndTimed();
+  Outputs out = run.Download(c, in);
+  // The sampled rows as a batch of their own (one row a request, the same cache) for the
+  // reference, and the GPU's rows of them.
+  const auto rows = sm70ops::ref::varlen_rows(in.meta);
+  const int64_t width = c.topk + c.ratio - 1, pages = in.meta.max_pages;
+  sm70ops::ref::IndexInputs sampled = in.index;
+  sampled.q.clear();
+  sampled.meta.query_start_loc = {0}, sampled.meta.seq_lens.clear();
+  sampled.meta.block_table.clear();
+  std::vector<int32_t> gpu_rows;
+  for (int i = 0; i < kSampledRows; ++i) {
+    const int t = int(int64_t(i) * in.rows / kSampledRows);
+    sampled.meta.query_start_loc.push_back(i + 1);
+    sampled.meta.seq_lens.push_back(rows[t].len);
+    const auto table = in.meta.block_table.begin() + rows[t].request * pages;
+    sampled.meta.block_table.insert(sampled.meta.block_table.end(), table, table + pages);
+    const auto q = in.index.q.begin() + int64_t(t) * kHeads * kDim;
+    sampled.q.insert(sampled.q.end(), q, q + kHeads * kDim);
+    const auto set = out.topk_idx.begin() + t * width;
+    gpu_rows.insert(gpu_rows.end(), set, set + width);
+  }
+  const auto verdict =
+      sm70ops::ref::judge_topk(gpu_rows, c.topk, sampled, sm70ops::ref::qsa_index_scores(sampled));
+  EXPECT_TRUE(verdict.ok()) << verdict.failed_rows.size()
+                            << " sampled rows differ beyond near ties";
+  ExpectExpansionOfOwnSet(c, in, out);
+  char detail[96];
+  std::snprintf(detail, sizeof(detail), "%zu near-tie rows excused", verdict.excused_rows.size());
+  sm70ops_bench::ReportCheck(kSampledRows, !HasFailure(), detail);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SimBench, SM70_QsaIndexBench,
+    ::testing::Values(
+        Case{"iid_128k", {{128, 131072}}, 2048, 4, 64, false},
+        Case{"pages_128k",
+             {{128, 131072}},
+             2048,
+             4,
+             64,
+             false,
+             0,
+             false,
+             0,
+             Misjudge::kNone,
+             0,
+             true},
+        Case{"iid_8k", {{512, 8192}}, 2048, 4, 64, false},
+        Case{"pages_8k", {{512, 8192}}, 2048, 4, 64, false, 0, false, 0, Misjudge::kNone, 0, true}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace
 }  // namespace sm70ops_gpu
