@@ -30,12 +30,26 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (col >= p.hidden) return;
   const int64_t token = pass.token0 + t;
   const int32_t *ids = p.topk_ids + token * p.topk_ids_row_stride;
+  // Every slot's partial in flight at once (the ids first, then the loads); the sum still runs
+  // in slot order.
+  bool routed[kMaxTopk];
+  uint4 part[kMaxTopk];
+#pragma unroll
+  for (int j = 0; j < kMaxTopk; ++j) {
+    const int e = j < p.topk ? ids[j] : -1;
+    routed[j] = e >= 0 && e < p.experts;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxTopk; ++j) {
+    if (routed[j]) {
+      part[j] =
+          *reinterpret_cast<const uint4 *>(w.partial + ((int64_t)t * p.topk + j) * p.hidden + col);
+    }
+  }
   float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  for (int j = 0; j < p.topk; ++j) {
-    const int e = ids[j];
-    if (e < 0 || e >= p.experts) continue;
-    add8(*reinterpret_cast<const uint4 *>(w.partial + ((int64_t)t * p.topk + j) * p.hidden + col),
-         sum);
+#pragma unroll
+  for (int j = 0; j < kMaxTopk; ++j) {
+    if (routed[j]) add8(part[j], sum);
   }
   *reinterpret_cast<uint4 *>(p.out + token * p.out_row_stride + col) =
       make_uint4(pack_half2(sum[0], sum[1]), pack_half2(sum[2], sum[3]), pack_half2(sum[4], sum[5]),

@@ -25,7 +25,6 @@ Operand operand(const uint8_t *packed, const uint8_t *scales, const float *scale
   b.scales = scales;
   b.scale_2 = scale_2;
   b.scale_2_stride = scale_2_stride;
-  b.ragged = kHalves == 2 ? k % kTileK != 0 : !prepared && k % kHalfK != 0;
   b.half_rows = half_rows;
   b.k = k;
   b.n_tiles = (half_rows + kTileN / kHalves - 1) / (kTileN / kHalves);
@@ -34,8 +33,6 @@ Operand operand(const uint8_t *packed, const uint8_t *scales, const float *scale
   b.row_bytes = prepared ? kHalfK / 2 : k / 2;
   b.step_bytes = prepared ? n * (kTileK / 2) : kTileK / 2;
   b.half_bytes = prepared ? n * (kHalfK / 2) : kHalfK / 2;
-  b.second_bytes = (kHalves == 2 ? half_rows : kTileN / 2) * b.row_bytes;
-  b.scale_second_bytes = b.second_bytes / 8;
   return b;
 }
 
@@ -43,18 +40,13 @@ uint64_t align256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int32_t pass_tokens(int32_t tokens) { return tokens < kChunkTokens ? tokens : kChunkTokens; }
 
-int32_t tile_table_size(int32_t pairs, int32_t experts) {
-  return max_big_tiles(pairs, experts) + max_small_tiles(pairs, experts);
-}
-
 Pass make_pass(const Params &p, int32_t token0) {
   Pass pass;
   pass.token0 = token0;
   pass.tokens = pass_tokens(p.tokens - token0);
   pass.pairs = pass.tokens * p.topk;
   pass.sort_blocks = (pass.pairs + kSortPairs - 1) / kSortPairs;
-  pass.big_table_size = max_big_tiles(pass.pairs, p.experts);
-  pass.small_table_size = max_small_tiles(pass.pairs, p.experts);
+  pass.table_size = max_m_tiles(pass.pairs, p.experts);
   return pass;
 }
 
@@ -87,7 +79,7 @@ uint64_t workspace_bytes(const Params &p, int32_t capacity_tokens) {
   const uint64_t pairs = (uint64_t)capacity_tokens * p.topk, e = p.experts;
   const uint64_t sort_blocks = (pairs + kSortPairs - 1) / kSortPairs;
   return align256(sort_blocks * e * 4) + align256(e * 4) +
-         align256((uint64_t)tile_table_size((int32_t)pairs, p.experts) * sizeof(int4)) +
+         align256((uint64_t)max_m_tiles((int32_t)pairs, p.experts) * sizeof(int4)) +
          align256(pairs * 4) + align256(pairs * p.inter * 2) +
          align256(pairs * p.hidden * sizeof(__half));
 }
@@ -105,7 +97,7 @@ Workspace carve_workspace(void *base, const Params &p, int32_t capacity_tokens) 
   w.block_counts = reinterpret_cast<int32_t *>(take(sort_blocks * e * 4));
   w.expert_offset = reinterpret_cast<int32_t *>(take(e * 4));
   w.tiles = reinterpret_cast<int4 *>(
-      take((uint64_t)tile_table_size((int32_t)pairs, p.experts) * sizeof(int4)));
+      take((uint64_t)max_m_tiles((int32_t)pairs, p.experts) * sizeof(int4)));
   w.sorted = reinterpret_cast<int32_t *>(take(pairs * 4));
   w.act = reinterpret_cast<uint16_t *>(take(pairs * p.inter * 2));
   w.partial = reinterpret_cast<__half *>(take(pairs * p.hidden * sizeof(__half)));

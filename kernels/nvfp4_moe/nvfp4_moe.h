@@ -58,7 +58,7 @@ typedef struct sm70_nvfp4_moe_params {
 uint64_t sm70_nvfp4_moe_workspace(int32_t tokens, int32_t topk, int32_t experts, int32_t hidden,
                                   int32_t inter);
 
-/* Shared memory per block of the op's largest kernel (the 128-row GEMM tile), for the
+/* Shared memory per block of the op's largest kernel (the GEMMs' double-buffered tile), for the
  * capability check. */
 uint32_t sm70_nvfp4_moe_smem_bytes(void);
 
@@ -68,9 +68,9 @@ int32_t sm70_nvfp4_moe_launch(const sm70_nvfp4_moe_params *p, void *workspace, v
 /* The repacked layout: per expert, per K step of 64 and per half step of 32 k, the 16 payload
  * bytes (and 2 scale bytes) of every weight row one after another, K zero-padded to a multiple
  * of 32; then the experts' fp32 scale_2 (gate, up, w2, 0). A GEMM block's tile of one K step is
- * a few contiguous runs of 2-4 KiB read with whole 16-byte loads, whatever H and I are; no row
- * is padded, so at the model's shapes it takes the checkpoint's bytes. Bytes it takes for these
- * dimensions. */
+ * a few contiguous runs of 1-3 KiB, each warp's loads 256 contiguous bytes, whatever H and I are;
+ * no row is padded, so at the model's shapes it takes the checkpoint's bytes. Bytes it takes for
+ * these dimensions. */
 uint64_t sm70_nvfp4_moe_prepared_bytes(int32_t experts, int32_t hidden, int32_t inter);
 
 typedef struct sm70_nvfp4_moe_prepare_params {

@@ -2,8 +2,8 @@
 // deterministic order (ascending pair index within an expert):
 //   count    each sort block histograms its 1024 pairs per warp (match-any ranks, no atomics);
 //   scan     one block: per expert, the exclusive prefix of the blocks' counts; the experts'
-//            offsets; the M tiles of every expert in two tables (big, then small tiles), which
-//            the GEMMs index by blockIdx.y;
+//            offsets; the M tiles of every expert in one table (tiling.h), which the GEMMs
+//            index by blockIdx.y;
 //   scatter  each sort block ranks its pairs again and writes them to their sorted positions.
 // Ids outside [0, E) are dropped here: they reach no GEMM, and the combine skips them. Checked
 // mode records the first one (count pass).
@@ -73,25 +73,21 @@ __global__ void __launch_bounds__(kSortWarps * 32)
 }
 
 struct ScanSmem {
-  int32_t big_start[kMaxExperts];    // the expert's first big tile
-  int32_t small_start[kMaxExperts];  // the expert's small tile, if it has one
+  int32_t tile_start[kMaxExperts];  // the expert's first tile
   int32_t offset[kMaxExperts];
   int32_t count[kMaxExperts];
   int32_t scratch[kScanThreads / 32 + 1];
 };
 
-// Entry `tile` of the big- or small-tile table, which holds `total` tiles (experts without
-// tiles share their start with the next expert that has some: the last one at or before `tile`
-// owns it); past `total`, an empty entry.
-__device__ int4 tile_entry(const ScanSmem &s, int experts, int tile, int total, bool big) {
+// Entry `tile` of the tile table, which holds `total` tiles (experts without tiles share their
+// start with the next expert that has some: the last one at or before `tile` owns it); past
+// `total`, an empty entry.
+__device__ int4 tile_entry(const ScanSmem &s, int experts, int tile, int total) {
   if (tile >= total) return make_int4(-1, 0, 0, 0);
-  const int32_t *start = big ? s.big_start : s.small_start;
-  const int owner = last_at_most(start, experts, tile);
+  const int owner = last_at_most(s.tile_start, experts, tile);
   const int count = s.count[owner];
-  const int i = tile - start[owner];  // the expert's i-th tile of this table
-  const int row0 = big ? i * kBigTileM : count - small_rows(count);
-  const int rows = big ? big_tile_rows(count, i) : small_rows(count);
-  return make_int4(owner, s.offset[owner] + row0, rows, big ? kBigTileM : small_tile_m(rows));
+  const int i = tile - s.tile_start[owner];  // the expert's i-th tile
+  return make_int4(owner, s.offset[owner] + i * m_tile_stride(count), m_tile_rows(count, i), 0);
 }
 
 __global__ void __launch_bounds__(kScanThreads)
@@ -107,24 +103,18 @@ __global__ void __launch_bounds__(kScanThreads)
       count += c;
     }
   }
-  int total = 0, total_big = 0, total_small = 0;
+  int total = 0, tiles = 0;
   const int offset = block_exclusive_scan<kScanThreads>(count, s.scratch, &total);
-  const int big_start = block_exclusive_scan<kScanThreads>(big_tiles(count), s.scratch, &total_big);
-  const int small_start =
-      block_exclusive_scan<kScanThreads>(small_rows(count) > 0, s.scratch, &total_small);
+  const int tile_start = block_exclusive_scan<kScanThreads>(m_tiles(count), s.scratch, &tiles);
   if (e < p.experts) {
-    s.big_start[e] = big_start;
-    s.small_start[e] = small_start;
+    s.tile_start[e] = tile_start;
     s.offset[e] = offset;
     s.count[e] = count;
     w.expert_offset[e] = offset;
   }
   __syncthreads();
-  for (int tile = threadIdx.x; tile < pass.big_table_size; tile += blockDim.x) {
-    w.tiles[tile] = tile_entry(s, p.experts, tile, total_big, true);
-  }
-  for (int tile = threadIdx.x; tile < pass.small_table_size; tile += blockDim.x) {
-    w.tiles[pass.big_table_size + tile] = tile_entry(s, p.experts, tile, total_small, false);
+  for (int tile = threadIdx.x; tile < pass.table_size; tile += blockDim.x) {
+    w.tiles[tile] = tile_entry(s, p.experts, tile, tiles);
   }
 }
 

@@ -25,6 +25,7 @@
 #include "tests/ref/compare.h"
 #include "tests/ref/half.h"
 #include "tests/ref/nvfp4_ref.h"
+#include "tests/sim_bench/report.h"
 
 namespace sm70ops_gpu {
 namespace {
@@ -37,14 +38,16 @@ enum class Routing {
   kInvalid,     // skewed, and about one slot in seven holds an id outside [0, E)
   kTileEdges,   // slot j's expert j * 18 + i takes exactly kTileEdgeCounts[i] tokens
   kDuplicates,  // skewed, and the last slot of every token repeats the expert of its first
+  kEven,        // every expert takes exactly T x top-k / E rows (the bench: the model's 160 at
+                // T 8192 / E 512), a token's experts consecutive, tokens in a shuffled order
 };
 
-// Rows per expert at and around the GEMMs' M tiles (32, 64, 128, and a big tile plus a small
-// one), and a few between; 2070 tokens in all.
-constexpr int kTileEdgeCounts[] = {1,   32,  33,  48,  49,  63,  64,  65,  96,
-                                   127, 128, 129, 160, 177, 192, 193, 256, 257};
+// Rows per expert at and around the GEMMs' 16-row fragments and 160-row M tiles (kernels/
+// nvfp4_moe/tiling.h: one, two and three tiles, split evenly), and a few between; 3057 tokens.
+constexpr int kTileEdgeCounts[] = {1,   15,  16,  17,  79,  80,  81,  95,  96,
+                                   159, 160, 161, 176, 319, 320, 321, 480, 481};
 constexpr int kTileEdgeExperts = int(std::size(kTileEdgeCounts));
-constexpr int kTileEdgeTokens = 2070;
+constexpr int kTileEdgeTokens = 3057;
 constexpr int SumOfTileEdgeCounts() {
   int sum = 0;
   for (int c : kTileEdgeCounts) sum += c;
@@ -182,10 +185,31 @@ void RouteTileEdges(const Case &c, std::mt19937 &rng, Inputs &in) {
   }
 }
 
+// Token order[t], slot j: expert (t + j) % E. With T a multiple of E every expert takes T / E
+// tokens of each slot, and a token's top-k (k <= E) are distinct.
+void RouteEven(const Case &c, std::mt19937 &rng, Inputs &in) {
+  ASSERT_TRUE(c.tokens % c.experts == 0 && c.topk <= c.experts) << "even routing: T % E, k <= E";
+  std::vector<int> order(c.tokens);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  in.ids.resize(size_t(c.tokens) * c.topk);
+  in.weights.resize(in.ids.size());
+  for (int t = 0; t < c.tokens; ++t) {
+    const std::vector<float> w = RouterWeights(c.topk, rng);
+    for (int j = 0; j < c.topk; ++j) {
+      const size_t slot = size_t(order[t]) * c.topk + j;
+      in.ids[slot] = (t + j) % c.experts;
+      in.weights[slot] = w[j];
+    }
+  }
+  in.ref_ids = in.ids, in.ref_weights = in.weights;
+}
+
 // Distinct experts per token drawn from [first, last), slot 0 of even tokens pinned to expert 0
 // when skewed.
 void Route(const Case &c, std::mt19937 &rng, Inputs &in) {
   if (c.routing == Routing::kTileEdges) return RouteTileEdges(c, rng, in);
+  if (c.routing == Routing::kEven) return RouteEven(c, rng, in);
   const bool skewed = c.routing != Routing::kUniform;
   const int last = skewed ? std::max(c.topk + 1, c.experts * 2 / 3) : c.experts;
   std::vector<int32_t> pool(last);
@@ -242,6 +266,21 @@ std::vector<double> Reference(const Case &c, const Inputs &in) {
   }
   for (auto &t : pool) t.join();
   return out;
+}
+
+// The reference's rows of tokens `sample` only, [sample, H].
+std::vector<double> SampledReference(const Case &c, const Inputs &in,
+                                     const std::vector<int> &sample) {
+  const size_t h = c.hidden, k = c.topk;
+  std::vector<uint16_t> x;
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  for (const int t : sample) {
+    x.insert(x.end(), in.x.begin() + t * h, in.x.begin() + (t + 1) * h);
+    ids.insert(ids.end(), in.ref_ids.begin() + t * k, in.ref_ids.begin() + (t + 1) * k);
+    w.insert(w.end(), in.ref_weights.begin() + t * k, in.ref_weights.begin() + (t + 1) * k);
+  }
+  return sm70ops::ref::nvfp4_moe_ref(x, ids, w, c.topk, in.w);
 }
 
 // ---- Device side
@@ -331,24 +370,27 @@ class Device {
   sm70ops_desc_call checkpoint_, prepared_, prepare_;
 };
 
-// One execute of op 3 with out and a fresh workspace poisoned (NaN in fp16 and fp32).
-std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev,
-                             const sm70ops_nvfp4_moe_args &args) {
+// One execute of op 3 with out and a fresh workspace poisoned (NaN in fp16 and fp32); `timed`
+// brackets it for the simulated V100's bench (tests/sim_bench/report.h).
+std::vector<uint16_t> RunMoe(const Plugin &plugin, Device &dev, const sm70ops_nvfp4_moe_args &args,
+                             bool timed = false) {
   const sm70ops_decision d = Decide(plugin, SM70OPS_OP_NVFP4_MOE, &args);
   if (!d.accepted) return {};
   DeviceBuffer workspace(d.workspace_bytes);
   workspace.Poison(0xff);
   dev.out().Poison(0xff);
+  if (timed) sm70ops_bench::BeginTimed();
   EXPECT_EQ(plugin.api().execute(plugin.ctx(), SM70OPS_OP_NVFP4_MOE, &args, nullptr,
                                  workspace.data(), d.workspace_bytes),
             SM70OPS_OK)
       << plugin.api().last_error();
+  if (timed) sm70ops_bench::EndTimed();
   Synchronize();
   return dev.DownloadOut();
 }
 
-// Op 4 into a poisoned buffer, then op 3 on it.
-std::vector<uint16_t> RunPrepared(const Plugin &plugin, Device &dev) {
+// Op 4 into a poisoned buffer, then op 3 on it (timed: op 3 alone).
+std::vector<uint16_t> RunPrepared(const Plugin &plugin, Device &dev, bool timed = false) {
   const sm70ops_decision d =
       Decide(plugin, SM70OPS_OP_NVFP4_MOE_PREPARE, &dev.PrepareArgs(nullptr));
   if (!d.accepted) return {};
@@ -359,7 +401,7 @@ std::vector<uint16_t> RunPrepared(const Plugin &plugin, Device &dev) {
                                  &dev.PrepareArgs(&prepared), nullptr, nullptr, 0),
             SM70OPS_OK)
       << plugin.api().last_error();
-  return RunMoe(plugin, dev, dev.PreparedMoeArgs(prepared));
+  return RunMoe(plugin, dev, dev.PreparedMoeArgs(prepared), timed);
 }
 
 // The same execute captured in a CUDA graph on a non-default stream, then replayed.
@@ -454,24 +496,24 @@ INSTANTIATE_TEST_SUITE_P(
         // x / out / topk views; narrow M tiles (few rows per expert).
         Case{"tp4_t64_skewed_strided", 64, 64, 10, 2560, 160, Routing::kSkewed, 24, 3},
         Case{"tp1_t64_skewed", 64, 32, 8, 2560, 640, Routing::kSkewed},
-        // 64- and 128-row M tiles (>= 64 rows per expert on average).
+        // Whole and split 160-row M tiles (>= 60 rows per expert on average).
         Case{"tp4_t1000_skewed", 1000, 32, 4, 2560, 160, Routing::kSkewed, 8},
         Case{"tp1_t999", 999, 16, 2, 2560, 640},
         Case{"tp8_t501_duplicates", 501, 16, 4, 2560, 80, Routing::kDuplicates},
         // Odd multiples of 16: I 208 and 112 (checkpoint w2 rows of 104 and 56 bytes, a last K
-        // step of 16 or 48 k), H 2576 and 272 (w13 rows of 1288 and 136 bytes, a last K step of
-        // 16 k, a last W2 N tile of 16 rows); duplicate ids, idle experts.
+        // step of 16 or 48 k, a last W13 N tile of 48 or 32 of 80 columns), H 2576 and 272 (w13
+        // rows of 1288 and 136 bytes, a last K step of 16 k, a last W2 N tile of 16 or 112 of 160
+        // rows); duplicate ids, idle experts.
         Case{"i208_t33_duplicates", 33, 64, 10, 2560, 208, Routing::kDuplicates, 8, 2},
         Case{"h2576_i112_t300_skewed", 300, 32, 4, 2576, 112, Routing::kSkewed},
         Case{"h272_i80_t50_skewed_strided", 50, 16, 4, 272, 80, Routing::kSkewed, 8, 1},
         Case{"t8192_quantized_floats", 8192, 16, 2, 272, 112, Routing::kSkewed, 0, 0, true},
-        // Ids outside [0, E) contribute nothing; H and I not multiples of the 256/128-row N
+        // Ids outside [0, E) contribute nothing; H and I not multiples of the 160/80-row N
         // tiles (partial weight tiles).
         Case{"invalid_ids_partial_tiles", 100, 8, 3, 208, 48, Routing::kInvalid, 8, 1},
-        // Experts with 1 .. 257 rows around the M tiles; a K of fewer than 8 steps (gate/up at
-        // H 256, down at I 160) splits 128-row tiles over two blocks, 8 or more runs them whole.
-        // The last W13 N tile holds 32 (I 160, as at TP4) or 80 (I 80) of 128 column pairs; H 528
-        // ends its K steps on 16 k in the 128-row tiles.
+        // Experts with 1 .. 481 rows around the fragments and M tiles; K of 4 steps and fewer
+        // (gate/up at H 256, down at I 160 and 80: the two-buffer pipeline's first and last
+        // steps meet); H 528 ends its K steps on 16 k, I 160 and 80 are whole W13 N tiles.
         Case{"tile_edges_short_k_gate_up", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 256, 512,
              Routing::kTileEdges},
         Case{"tile_edges_i160", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 512, 160,
@@ -483,14 +525,75 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 // Sized for the simulated V100 (tools/sim_tests.sh runs every Sim case): H and I odd multiples
-// of 16 (8-byte aligned checkpoint rows, last K steps of 16 and 48 k, last N tiles of 16 and 32
-// columns split over K), idle experts, duplicate and invalid ids, strided views.
+// of 16 (8-byte aligned checkpoint rows, last K steps of 16 and 48 k, last N tiles of 112 and 16
+// W2 rows and 32 of 80 W13 columns), idle experts, duplicate and invalid ids, strided views.
 INSTANTIATE_TEST_SUITE_P(
     Sim, SM70_Nvfp4Moe,
     ::testing::Values(Case{"h272_i80_skewed_strided", 11, 16, 4, 272, 80, Routing::kSkewed, 8, 1},
                       Case{"i160_duplicates", 13, 8, 2, 256, 160, Routing::kDuplicates},
                       Case{"i112_invalid_ids", 9, 12, 4, 256, 112, Routing::kInvalid, 0, 2}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+// ---- The simulated V100's bench (tools/sim_bench.sh runs the SimBench cases in timing mode):
+// the model's ranks (H 2560, top-10), prepared weights, every expert 160 rows as at T 8192 / E 512
+// (one M tile), enough experts that the gate/up GEMM fills the SMs simulated with at least one
+// wave (one block an SM; 2 N tiles an expert at I 160, 8 at I 640): 40 on a whole V100, 10 on a
+// quarter (top-10 needs 10). Op 3 once, timed; the output rows of a sample of tokens against the
+// reference.
+constexpr int kModelTokens = 8192;  // the projection's T (and E 512): 160 rows an expert
+constexpr int kSampledTokens = 48;
+
+// Useful FLOPs and compulsory bytes of one execute on prepared weights: the routed pairs' three
+// products, each prepared weight byte (payload and scales) once, x and out once, the routing.
+struct Work {
+  double flops, bytes, scale;  // scale: the projection's T over the case's
+};
+
+Work MoeWork(const Case &c) {
+  const double pairs = double(c.tokens) * c.topk, weights = 3.0 * c.inter * c.hidden * c.experts;
+  const double flops = 2 * pairs * 3.0 * c.inter * c.hidden;
+  const double bytes = weights / 2 + weights / 16 + 4.0 * c.tokens * c.hidden + 8 * pairs;
+  return {flops, bytes, double(kModelTokens) / c.tokens};
+}
+
+class SM70_Nvfp4MoeBench : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SM70_Nvfp4MoeBench, PreparedOnce) {
+  SM70OPS_REQUIRE_GPU();
+  Plugin plugin;
+  ASSERT_TRUE(plugin.error().empty()) << plugin.error();
+  const Case &c = GetParam();
+  const Inputs in = MakeInputs(c, uint32_t(std::hash<std::string>{}(c.name)));
+  Device dev(c, in);
+  const Work work = MoeWork(c);
+  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale,
+                            "T 8192, E 512, per layer and rank");
+  const std::vector<uint16_t> out = RunPrepared(plugin, dev, true);
+  ASSERT_FALSE(out.empty());
+  std::vector<int> sample;
+  for (int i = 0; i < kSampledTokens; ++i)
+    sample.push_back(int(int64_t(i) * c.tokens / kSampledTokens));
+  std::vector<double> got;
+  for (const int t : sample) {
+    for (int n = 0; n < c.hidden; ++n) {
+      got.push_back(sm70ops::ref::half_to_float(out[size_t(t) * c.hidden + n]));
+    }
+  }
+  const sm70ops::ref::ErrorStats e = sm70ops::ref::compare(got, SampledReference(c, in, sample));
+  EXPECT_EQ(e.non_finite, 0) << "NaN/Inf outputs (the reference has none)";
+  EXPECT_LE(e.rel_l2, 5e-3) << "rel-L2 against the fp64 reference";
+  sm70ops_bench::ReportCheck(kSampledTokens, e.non_finite == 0 && e.rel_l2 <= 5e-3,
+                             "rel-L2 " + std::to_string(e.rel_l2));
+}
+
+INSTANTIATE_TEST_SUITE_P(SimBench, SM70_Nvfp4MoeBench,
+                         ::testing::Values(Case{"tp4_e40", 640, 40, 10, 2560, 160, Routing::kEven},
+                                           Case{"tp1_e16", 256, 16, 10, 2560, 640, Routing::kEven},
+                                           Case{"tp4_e10", 160, 10, 10, 2560, 160, Routing::kEven},
+                                           Case{"tp1_e10", 160, 10, 10, 2560, 640, Routing::kEven}),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace sm70ops_gpu
