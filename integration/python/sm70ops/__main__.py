@@ -198,6 +198,8 @@ def parse(argv):
     bench.add_argument("--data", choices=["all", *data.GENERATORS], default=None,
                        help="qsa_index: the table of data generators x sizes against i.i.d. "
                        "data and both baselines, for one generator or all (sm70ops.data)")
+    bench.add_argument("--selection", choices=["all", *data.SELECTIONS], default="runs",
+                       help="qsa_attn: the token sets' generator (sm70ops.data), or all")
     bench.add_argument("--plot", default="sm70ops_qsa_index_crossover.png",
                        help="qsa_index: PNG of the crossover (when matplotlib is importable)")
     demo = commands.add_parser(

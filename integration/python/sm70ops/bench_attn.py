@@ -6,12 +6,10 @@ v1 gives contract version 1's 4/1 ungated) on 64- and 16-token pages, over whole
 prompts in chunks of 8192 rows: the last chunk of each and the whole prompt are reported.
 
 Selections are op 1's token sets (ops.md): B = 2048 tokens, B/c groups of c tokens and the tail of
-the incomplete group. They come from scores correlated along the rows, as the indexer's are
-(neighbouring queries look alike): a row takes the B/16 best runs of 16 tokens (whole groups,
-neighbouring tokens alike), run j scoring base[j] + z_t[j] with z_t a unit-variance moving average
-of N(0, 1) noise over the last 32 rows. With these constants adjacent rows share about 70% of their
-pages at 128K (more at shorter prompts, where a row takes a larger share of the runs); the Jaccard
-is measured and printed.
+the incomplete group, from sm70ops.data's selection generators (--selection; default runs): runs
+of 16 tokens whose scores drift slowly along the rows, or groups kept from the row before with
+probability 0.8 (the union of a tile's rows grows fast). Both share about 70% of a row's pages
+with its neighbour's at 128K; the Jaccard is measured and printed.
 
 Per prompt: plugin and generic ms (CUDA-event medians), their rel-L2 and the roofline floor
 (attn_work: QK and PV over the selected tokens; K and V of the context once a chunk, q, gate, out,
@@ -22,7 +20,6 @@ height this build runs (check()'s message) carries the kernel's time; measuremen
 every group at one height (kernels/qsa_attn/BUILD) are picked with --library.
 """
 import dataclasses
-import math
 import re
 
 from . import data, generic, model, ops
@@ -32,7 +29,6 @@ from .plugin import Plugin
 
 TP = 4  # the model is served at TP4 (ops.md)
 PROMPTS = (8192, 32768, 131072)
-RUN, WINDOW, BASE_WEIGHT = 16, 32, 1.0  # the selections (module docstring)
 TILE_ROWS = (8, 16, 32, 64)  # heights whose gathered bytes are printed, besides the kernel's
 KERNEL_MMA_ROWS = (48, 96)  # the kernel's tiles: rows x query heads of a KV head, 32 rows at most
 MAX_TILE_ROWS = 32
@@ -64,44 +60,6 @@ class Row:
         for rows, value in other.gathered.items():
             self.gathered[rows] = self.gathered.get(rows, 0.0) + value
         self.note = self.note or other.note
-
-
-class Selector:
-    """Token sets of consecutive rows of one prompt (module docstring), chunk after chunk."""
-
-    def __init__(self, torch, prompt, shape, seed):
-        self.torch, self.budget, self.ratio = torch, shape.index_topk, shape.compress_ratio
-        self.runs = prompt // RUN
-        self.gen = torch.Generator(device="cuda").manual_seed(seed)
-        normal = dict(generator=self.gen, device="cuda", dtype=torch.float64)  # exact sums
-        self.base = BASE_WEIGHT * torch.randn(self.runs, **normal)
-        self.recent = torch.randn((WINDOW - 1, self.runs), **normal)
-
-    def _best_runs(self, lengths):
-        """The B/16 best complete runs of each row [n, B/16], ascending."""
-        torch = self.torch
-        fresh = torch.randn((lengths.shape[0], self.runs), generator=self.gen, device="cuda",
-                            dtype=torch.float64)
-        draws = torch.cat([self.recent, fresh])
-        self.recent = draws[1 - WINDOW:]
-        sums = torch.cat([draws.new_zeros(1, self.runs), draws.cumsum(0)])
-        scores = self.base + (sums[WINDOW:] - sums[:-WINDOW]) / math.sqrt(WINDOW)
-        run = torch.arange(self.runs, device="cuda")
-        scores.masked_fill_(run >= (lengths // RUN).unsqueeze(1), float("-inf"))
-        return scores.topk(self.budget // RUN, dim=1).indices.sort(dim=1).values
-
-    def tokens(self, lengths):
-        """Token sets [n, B + c - 1] (int64, ascending, -1 padded) of rows seeing `lengths`
-        tokens: every token when the row has at most B/c complete groups."""
-        torch, c = self.torch, self.ratio
-        width = self.budget + c - 1
-        runs = self._best_runs(lengths)
-        chosen = (runs.unsqueeze(2) * RUN + torch.arange(RUN, device="cuda")).flatten(1)
-        tail = (lengths // c * c).unsqueeze(1) + torch.arange(c - 1, device="cuda")
-        chosen = torch.cat([chosen, torch.where(tail < lengths.unsqueeze(1), tail, -1)], dim=1)
-        every = torch.arange(width, device="cuda").expand(lengths.shape[0], width)
-        every = torch.where(every < lengths.unsqueeze(1), every, -1)
-        return torch.where((lengths // c <= self.budget // c).unsqueeze(1), every, chosen)
 
 
 _POPCOUNT = [bin(i).count("1") for i in range(256)]
@@ -224,10 +182,11 @@ def _measure_chunk(torch, ctx, p, selector, end):
     return row, d
 
 
-def _measure_prompt(torch, ctx, shape, prompt):
+def _measure_prompt(torch, ctx, shape, prompt, selection):
     """(the last chunk's Row, the whole prompt's Row, check()'s decision on the last chunk)."""
     p = Prompt(torch, shape, prompt)
-    selector = Selector(torch, prompt, shape, seed=prompt + shape.page_size)
+    selector = data.SELECTIONS[selection](torch, prompt, shape.index_topk, shape.compress_ratio,
+                                          seed=prompt + shape.page_size)
     whole = Row(prompt, shape.page_size, prompt // model.CHUNK_ROWS)
     for end in range(model.CHUNK_ROWS, prompt + 1, model.CHUNK_ROWS):
         last, d = _measure_chunk(torch, ctx, p, selector, end)
@@ -284,16 +243,19 @@ def main(opts):
     device = torch.cuda.current_device()
     tbytes_s, ceiling = copy_tbytes_s(torch), device_ceiling(torch, device)
     rows, built = [], set()
+    chosen = getattr(opts, "selection", "runs")
+    selections = data.SELECTIONS if chosen == "all" else [chosen]
     with Plugin(opts.library) as plugin, plugin.context(device) as ctx:
-        for page in model.PAGE_SIZES[::-1]:
+        for selection, page in ((s, page) for s in selections for page in model.PAGE_SIZES[::-1]):
             shape = model.shape(TP, page, m)
             print(f"bench qsa_attn: device {device} ({torch.cuda.get_device_name(device)}), "
                   f"{m.name} TP{TP} rank: {shape.q_heads} query heads, {shape.kv_heads} KV head, "
                   f"D {shape.head_dim}{', gated' if shape.attention_gate else ''}; {page}-token "
-                  f"pages; {shape.index_topk}-token sets (c = {shape.compress_ratio}) of runs of "
-                  f"{RUN}; chunks of {model.CHUNK_ROWS} rows; copy {tbytes_s:.2f} TB/s (measured)")
+                  f"pages; {shape.index_topk}-token sets (c = {shape.compress_ratio}), selections "
+                  f"{selection}; chunks of {model.CHUNK_ROWS} rows; copy {tbytes_s:.2f} TB/s "
+                  "(measured)")
             for prompt in PROMPTS:
-                last, whole, d = _measure_prompt(torch, ctx, shape, prompt)
+                last, whole, d = _measure_prompt(torch, ctx, shape, prompt, selection)
                 tile = kernel_rows(d)
                 built |= {tile} - {None}
                 whole_too = whole is not None and whole.chunks > 1  # else the last chunk is all

@@ -15,8 +15,21 @@ may not depend on the values in the tensors"), one generator per kind of data:
 
 Each builds one request: the keys of a `seq_len`-token context in the index cache at P-token
 pages (one key per group of c tokens, pages scattered through the block table) and the index
-queries of its last `rows` rows. The parameters are this module's own choice. Importing it needs
-no torch; the functions import it.
+queries of its last `rows` rows.
+
+The attention's benches take op 1's token sets (SELECTIONS) from one of two generators of the
+consecutive rows of a prompt, both with about 70% of a row's pages shared with its neighbour's at
+128K, whose tiles of rows differ in how fast their union grows:
+
+    runs     a row takes the B/16 best runs of 16 tokens, run j scoring base[j] + z_t[j] with z_t a
+             unit-variance moving average of N(0, 1) noise over the last 32 rows: scores drift
+             slowly, and a row's set comes back to the runs its neighbours took (16 rows' union:
+             about 2.5 sets)
+    growing  a row keeps each of its neighbour's groups with probability 0.8 and draws the rest
+             afresh: what it drops never comes back, and a tile's union grows by a fifth of a set
+             a row (16 rows' union: about 4 sets)
+
+The parameters are this module's own choice. Importing it needs no torch; the functions import it.
 """
 import dataclasses
 import math
@@ -29,6 +42,8 @@ TREND = 1.0  # rising/falling: the trend's weight against the keys' noise, in un
 HOT_WEIGHT = 1.5  # hot: the hot keys' alignment with the queries, the same units
 RAW_SPAN, RAW_NOISE = 16, 0.3  # compressed: raw keys move between anchors 16 tokens apart
 DRIFT_STRENGTH, DRIFT_STEP = 0.7, 0.25  # drift: page clustering; each row's step away
+RUN, RUN_WINDOW, RUN_BASE_WEIGHT = 16, 32, 1.0  # runs: tokens a run, rows averaged, base's weight
+GROW_KEEP = 0.8  # growing: the chance a row keeps each of its neighbour's groups
 
 
 @dataclasses.dataclass
@@ -221,3 +236,83 @@ def neighbour_overlap(sel_blocks, sel_count):
     both = (member[1:] & member[:-1]).sum(dim=1).float()
     either = (member[1:] | member[:-1]).sum(dim=1).clamp(min=1).float()
     return float((both / either).mean()) if rows > 1 else 1.0
+
+
+class _Selections:
+    """Token sets of the consecutive rows of one prompt, chunk after chunk: tokens(lengths)."""
+
+    def __init__(self, torch, prompt, budget, compress_ratio, seed):
+        self.torch, self.budget, self.ratio, self.prompt = torch, budget, compress_ratio, prompt
+        self.gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def tokens(self, lengths):
+        """Token sets [n, B + c - 1] (int64, ascending, -1 padded) of rows seeing `lengths`
+        tokens: every token when the row has at most B/c complete groups."""
+        torch, c = self.torch, self.ratio
+        width = self.budget + c - 1
+        chosen = self._groups(lengths).unsqueeze(2) * c + torch.arange(c, device="cuda")
+        tail = (lengths // c * c).unsqueeze(1) + torch.arange(c - 1, device="cuda")
+        chosen = torch.cat([chosen.flatten(1), torch.where(tail < lengths.unsqueeze(1), tail, -1)],
+                           dim=1)
+        every = torch.arange(width, device="cuda").expand(lengths.shape[0], width)
+        every = torch.where(every < lengths.unsqueeze(1), every, -1)
+        return torch.where((lengths // c <= self.budget // c).unsqueeze(1), every, chosen)
+
+
+class RunSelections(_Selections):
+    """The module docstring's runs."""
+
+    def __init__(self, torch, prompt, budget, compress_ratio, seed):
+        super().__init__(torch, prompt, budget, compress_ratio, seed)
+        self.runs = prompt // RUN
+        normal = dict(generator=self.gen, device="cuda", dtype=torch.float64)  # exact sums
+        self.base = RUN_BASE_WEIGHT * torch.randn(self.runs, **normal)
+        self.recent = torch.randn((RUN_WINDOW - 1, self.runs), **normal)
+
+    def _groups(self, lengths):
+        """The groups of the B/16 best complete runs of each row [n, B/c], ascending."""
+        torch = self.torch
+        fresh = torch.randn((lengths.shape[0], self.runs), generator=self.gen, device="cuda",
+                            dtype=torch.float64)
+        draws = torch.cat([self.recent, fresh])
+        self.recent = draws[1 - RUN_WINDOW:]
+        sums = torch.cat([draws.new_zeros(1, self.runs), draws.cumsum(0)])
+        scores = self.base + (sums[RUN_WINDOW:] - sums[:-RUN_WINDOW]) / math.sqrt(RUN_WINDOW)
+        run = torch.arange(self.runs, device="cuda")
+        scores.masked_fill_(run >= (lengths // RUN).unsqueeze(1), float("-inf"))
+        runs = scores.topk(self.budget // RUN, dim=1).indices.sort(dim=1).values
+        per_run = RUN // self.ratio
+        return (runs.unsqueeze(2) * per_run + torch.arange(per_run, device="cuda")).flatten(1)
+
+
+class GrowingSelections(_Selections):
+    """The module docstring's growing sets: row by row, on the device."""
+
+    def __init__(self, torch, prompt, budget, compress_ratio, seed):
+        super().__init__(torch, prompt, budget, compress_ratio, seed)
+        self.kept = torch.zeros(prompt // compress_ratio, dtype=torch.bool, device="cuda")
+
+    def _groups(self, lengths):
+        torch, want = self.torch, self.budget // self.ratio
+        out = torch.empty((lengths.shape[0], want), dtype=torch.int64, device="cuda")
+        for i, length in enumerate(lengths.tolist()):
+            complete = length // self.ratio
+            if complete <= want:  # tokens() takes every token of such a row
+                self.kept[:complete] = True
+                out[i] = torch.arange(want, device="cuda")
+                continue
+            groups = self.kept[:complete]
+            keep = torch.rand(complete, generator=self.gen, device="cuda") < GROW_KEEP
+            self.kept[:complete] = groups & keep
+            self.kept[complete:] = False
+            # The rest afresh, uniform among the groups not kept (a random key each, the lowest
+            # taken), so that the row holds exactly B/c (its neighbour held at most that many).
+            draw = torch.rand(complete, generator=self.gen, device="cuda")
+            draw.masked_fill_(self.kept[:complete], 2.0)
+            need = want - int(self.kept[:complete].sum())
+            self.kept[draw.topk(need, largest=False).indices] = True
+            out[i] = torch.where(self.kept[:complete])[0]
+        return out
+
+
+SELECTIONS = {"runs": RunSelections, "growing": GrowingSelections}
