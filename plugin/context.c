@@ -26,8 +26,9 @@ static void log_setting(void *user, sm70ops_log_level level, const char *text) {
   sm70_log((const sm70ops_context *)user, level, "sm70ops: %s", text);
 }
 
-/* The library carries SASS only (no PTX): a device whose compute capability is not in the build's
- * list cannot run any kernel. Writes why into `note`, or "" when the build has code for `cc`. */
+/* The plugin runs only where the build carries SASS: its kernels are tuned and audited as that
+ * SASS (the V100 build's compute_70 PTX is for the simulator, not for a JIT on other GPUs). Writes
+ * why into `note`, or "" when the build has code for `cc`. */
 static void note_missing_code(int32_t cc, char *note, size_t bytes) {
   note[0] = '\0';
   for (int i = 0; i < sm70_build_arch_count; ++i) {
