@@ -193,6 +193,10 @@ static const char *checked_what(uint32_t kind) {
     case SM70_CHECKED_QUERY_START:
       return "query_start_loc entry (it must start at 0, never decrease and end at T; row is the "
              "entry's index)";
+    case SM70_CHECKED_TOKEN_ID:
+      return "token_ids id";
+    case SM70_CHECKED_TOKEN_COUNT:
+      return "token_ids count column";
     default:
       return "index";
   }
@@ -208,6 +212,12 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx) {
   if (!__atomic_compare_exchange_n(&e->kind, &kind, (uint32_t)SM70_CHECKED_OK, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE)) {
     return SM70OPS_OK;
+  }
+  if (kind == SM70_CHECKED_TOKEN_REPEAT) {
+    return sm70_fail(SM70OPS_ERR_INDEX_OUT_OF_RANGE,
+                     "checked mode: an earlier call on this context read token_ids id %lld twice "
+                     "in row %d (a row's ids are a set; the repeat counted once)",
+                     (long long)seen.value, seen.row);
   }
   return sm70_fail(SM70OPS_ERR_INDEX_OUT_OF_RANGE,
                    "checked mode: an earlier call on this context read %s %lld, outside [0, %lld), "

@@ -178,7 +178,7 @@ def test_info(library, run_module):
     code, output = run_module("info", "--library", library)
     assert code == 0
     assert re.search(r"^name: +sm70ops \d+\.\d+\.\d+$", output, re.M)
-    assert re.search(r"^ABI: +plugin 1\.\d+, host 1\.1, negotiated 1\.\d+$", output, re.M)
+    assert re.search(r"^ABI: +plugin 1\.\d+, host 1\.2, negotiated 1\.\d+$", output, re.M)
 
 
 @pytest.mark.parametrize("args, code", [(["frobnicate"], 64), (["check", "--tp", "3"], 64),

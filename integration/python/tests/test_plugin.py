@@ -10,8 +10,8 @@ from sm70ops import _abi, model
 from sm70ops.plugin import Plugin, Sm70opsError
 
 
-def test_loads_and_negotiates_1_1(plugin):
-    assert plugin.abi_major == 1 and plugin.abi_minor == 1
+def test_loads_and_negotiates_1_2(plugin):
+    assert plugin.abi_major == 1 and plugin.abi_minor == 2
     assert os.path.isfile(plugin.path) and plugin.path.endswith("libsm70ops.so")
 
 
