@@ -44,11 +44,11 @@ __device__ int row_entries(const Params &p, const int32_t *ids, int t) {
 }
 
 // Marks the row's ids below `len` in the token and page bitmaps (32-bit words: the simulated
-// V100 has no 64-bit shared atomicOr).
-__device__ void mark(const Params &p, const int32_t *ids, int entries, int t, int len,
+// V100 has no 64-bit shared atomicOr). `first` is ids[threadIdx.x], already loaded.
+__device__ void mark(const Params &p, const int32_t *ids, int first, int entries, int t, int len,
                      uint32_t *tokens, uint32_t *pages) {
   for (int i = threadIdx.x; i < entries; i += kThreads) {
-    const int id = ids[i];
+    const int id = i == threadIdx.x ? first : ids[i];
     if (id == -1) continue;  // padding
     if (id < 0 || id >= len) {
       report_bad_index(p.checked, SM70_CHECKED_TOKEN_ID, t, id, len);
@@ -98,6 +98,11 @@ __global__ void __launch_bounds__(kThreads) token_ids_to_pages(const Params p) {
   int *scan = reinterpret_cast<int *>(smem);
   uint32_t *tokens = smem + kScanWords;
   const int t = blockIdx.x;
+  // The row's count and first ids are loaded before its length, whose search of query_start_loc
+  // is a chain of loads: the latencies overlap (a few thousand cycles a row on a V100).
+  const int32_t *ids = p.token_ids + (int64_t)t * p.token_ids_stride;
+  const int entries = row_entries(p, ids, t);
+  const int first = threadIdx.x < p.width ? ids[threadIdx.x] : -1;
   const int r = last_at_most(p.query_start_loc, p.requests, t);
   const int len = varlen_row_length(p.query_start_loc, p.seq_lens, p.max_seq_len, p.checked, r, t);
   uint32_t *pages = tokens + (p.max_seq_len + 63) / 64 * 2;  // whole 64-token pairs of words
@@ -105,8 +110,7 @@ __global__ void __launch_bounds__(kThreads) token_ids_to_pages(const Params p) {
   for (int i = threadIdx.x; i < (len + 63) / 64 * 2; i += kThreads) tokens[i] = 0;
   for (int i = threadIdx.x; i < page_words; i += kThreads) pages[i] = 0;
   __syncthreads();
-  const int32_t *ids = p.token_ids + (int64_t)t * p.token_ids_stride;
-  mark(p, ids, row_entries(p, ids, t), t, len, tokens, pages);
+  mark(p, ids, first, entries, t, len, tokens, pages);
   __syncthreads();
   const int count = emit(p, t, page_words, tokens, pages, scan);
   if (threadIdx.x == 0) p.sel_count[t] = count;
