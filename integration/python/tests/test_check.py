@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import PYTHON_ROOT
+from conftest import package_env
 from sm70ops import __main__ as cli
 from sm70ops import _abi, model
 
@@ -130,7 +130,7 @@ def _reasons_in_subprocess(library, env):
                 print(case.op.name, ctx.check(case.op, model.case_call(case)[0]).reason)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60, env={"PYTHONPATH": str(PYTHON_ROOT), **env}, check=True)
+                          timeout=60, env={**package_env(), **env}, check=True)
     return [line.split() for line in done.stdout.splitlines()]
 
 
