@@ -221,3 +221,49 @@ def test_drop_ins_decide_in_library(torch, engines):
     before = library.paths.copy()
     test_vllm_attention_is_the_gated_reference(torch, engines, 4, 16)
     assert library.paths - before == {("qsa_attn", library.NO_CONTEXT): 1}
+
+
+def test_on_the_plugin_token_ids_equal_the_triple(cuda_torch, plugin, engines, require_plugin):
+    """Where the plugin runs (a GPU; SM70OPS_ALLOW_ARCH=90 on the H200): op 2 from vLLM's packed
+    buffer equals op 2 from the triple of the same sets bit for bit, and the vLLM drop-in runs on
+    the plugin within fp16 rounding of it. The model's TP4 rank: 6 / 1 heads of 256, c 4, B 512,
+    16-token pages, two requests."""
+    torch = cuda_torch
+    library, vllm, _ = engines
+    from sm70ops import generic
+
+    c, budget, page, lens, counts = 4, 512, 16, [3001, 700], [40, 9]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    rows = sum(counts)
+    pages = [-(-n // page) for n in lens]
+    table = torch.randperm(sum(pages), device="cuda", generator=g).to(torch.int32)
+    block_table = torch.stack([torch.nn.functional.pad(part, (0, max(pages) - part.numel()))
+                               for part in table.split(pages)])
+    qsl = torch.tensor([0, counts[0], rows], dtype=torch.int32, device="cuda")
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    randn = lambda *s: torch.randn(*s, device="cuda", generator=g).half()  # noqa: E731
+    q, gate = randn(rows, 6, 256), randn(rows, 6, 256)
+    k_cache, v_cache = randn(sum(pages), page, 1, 256), randn(sum(pages), page, 1, 256)
+    lengths = generic.row_lengths(qsl, seq_lens, "cuda")
+    groups = (torch.rand(rows, budget // c, device="cuda", generator=g)
+              * (lengths // c)[:, None]).long().sort(dim=1).values
+    groups = torch.where(torch.cat([torch.ones_like(groups[:, :1], dtype=torch.bool),
+                                    groups[:, 1:] != groups[:, :-1]], 1), groups, -1)
+    groups = torch.gather(groups, 1, torch.sort((groups < 0).int(), dim=1, stable=True).indices)
+    packed = torch.zeros((rows, budget + c), dtype=torch.int32, device="cuda")
+    vllm.expand_qsa_block_indices(groups.int(), (lengths - 1).int(), (lengths // c).int(), c,
+                                  budget, packed)
+    triple = generic.token_ids_selection(packed, True, lengths, page)
+    o = torch.ops.sm70ops
+    before = library.paths.copy()
+    from_ids = o.qsa_attn_token_ids(q, k_cache, v_cache, qsl, seq_lens, block_table, packed, True,
+                                    256**-0.5, max(lens), max(counts), gate)
+    from_triple = o.qsa_attn(q, k_cache, v_cache, qsl, seq_lens, block_table, *triple, 256**-0.5,
+                             max(lens), max(counts), gate)
+    token_to_req = torch.repeat_interleave(torch.arange(2, device="cuda"),
+                                           torch.tensor(counts, device="cuda"))
+    drop_in = vllm.qsa_sparse_paged_attention(q, k_cache, v_cache, packed, block_table,
+                                              token_to_req, True, output_gate=gate)
+    require_plugin(library.paths - before, ("qsa_attn",))
+    assert torch.equal(from_ids, from_triple)
+    assert torch.allclose(drop_in.float(), from_triple.float(), rtol=2e-3, atol=2e-3)
