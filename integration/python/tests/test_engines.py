@@ -214,6 +214,22 @@ def test_sglang_forward_extend_saves_the_rows_then_attends_their_ids(torch, engi
     assert torch.allclose(got.view(b.q.shape).double(), want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("op", ["qsa_index_token_set", "qsa_attn_token_ids"])
+def test_opcheck_of_the_ops_the_drop_ins_call(torch, engines, op):
+    """torch.library.opcheck (schema, fake implementation, autograd registration) on CPU, on
+    test_library's problem: two requests, c 4, 16-token pages, 6 / 1 heads."""
+    from test_library import Problem
+
+    p = Problem(torch, "cpu")
+    index_args = p.args("qsa_index")
+    ids = torch.ops.sm70ops.qsa_index_token_set(*index_args)
+    m, n = p.meta, p.ints
+    args = index_args if op == "qsa_index_token_set" else (
+        p.q, p.k_cache, p.v_cache, m["query_start_loc"], m["seq_lens"], m["block_table"], ids,
+        False, p.q.shape[-1] ** -0.5, n["max_seq_len"], n["max_query_len"], p.gate)
+    torch.library.opcheck(getattr(torch.ops.sm70ops, op), args)
+
+
 def test_drop_ins_decide_in_library(torch, engines):
     """Every drop-in call goes through torch.ops.sm70ops, whose decisions library.paths counts
     (on CPU: no plugin context, the generic path)."""
