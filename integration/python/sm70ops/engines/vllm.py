@@ -38,12 +38,12 @@ def _seq_lens_from_visible_blocks(query_start_loc, visible_blocks, compress_rati
     last = (query_start_loc[1:].long() - 1).clamp(min=0)
     groups_last = visible_blocks.long()[last] if rows else last
     after = last[request] - torch.arange(rows, device=visible_blocks.device)  # rows after t
-    bad = torch.zeros((requests, c), dtype=torch.bool, device=visible_blocks.device)
+    bad = torch.zeros((requests, c), dtype=torch.int32, device=visible_blocks.device)
     for rho in range(c):
         length = c * groups_last[request] + rho - after
         wrong = (length < 1) | (length // c != visible_blocks.long())
-        bad[:, rho].scatter_reduce_(0, request, wrong, "amax")
-    rho = torch.argmin(bad.to(torch.int8), dim=1)  # the first residue no row contradicts
+        bad[:, rho].scatter_reduce_(0, request, wrong.to(torch.int32), "amax")
+    rho = torch.argmin(bad, dim=1)  # the first residue no row contradicts
     return (c * groups_last + rho).to(torch.int32)
 
 
