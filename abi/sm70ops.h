@@ -21,8 +21,8 @@
  * Versioning rules (see abi/CHANGELOG.md):
  *   - Every struct that crosses the boundary starts with `struct_size`; fields are only appended.
  *     A plugin reads a field only if struct_size covers it, and takes an argument struct of the
- *     size any minor up to its own defined (SM70OPS_*_ARGS_SIZE_1_0 and sizeof): fields the host's
- *     size does not cover take their documented defaults. Any other size is declined
+ *     size any minor up to its own defined (SM70OPS_*_ARGS_SIZE_1_0, _1_1 and sizeof): fields the
+ *     host's size does not cover take their documented defaults. Any other size is declined
  *     (SM70OPS_REASON_STRUCT_SIZE: a larger one is a newer host); an output struct must hold
  *     1.0's fields.
  *   - The function table is append-only; a NULL slot means "not implemented".
@@ -40,11 +40,11 @@ extern "C" {
 #endif
 
 #define SM70OPS_ABI_MAJOR 1
-#define SM70OPS_ABI_MINOR 1
+#define SM70OPS_ABI_MINOR 2
 
 /* Semantic version of this header's plugin release. */
 #define SM70OPS_VERSION_MAJOR 0
-#define SM70OPS_VERSION_MINOR 2
+#define SM70OPS_VERSION_MINOR 3
 #define SM70OPS_VERSION_PATCH 0
 
 #define SM70OPS_ENTRY_POINT_NAME "sm70ops_get_api"
@@ -231,7 +231,8 @@ typedef struct sm70ops_qsa_index_args {
 } sm70ops_qsa_index_args;
 
 /* Op 2, QSA selected attention over the expansion of op 1, causal bound applied by the op:
- * o[t,h] = softmax(sm_scale * q[t,h] . k[S_t]) v[S_t], times sigmoid(gate[t,h]) when gated. */
+ * o[t,h] = softmax(sm_scale * q[t,h] . k[S_t]) v[S_t], times sigmoid(gate[t,h]) when gated.
+ * The set S_t comes as the sel_* triple or (ABI 1.2) as the engines' token ids, one of the two. */
 typedef struct sm70ops_qsa_attn_args {
   uint32_t struct_size;
   float sm_scale;
@@ -243,18 +244,32 @@ typedef struct sm70ops_qsa_attn_args {
   const DLTensor *query_start_loc; /* [R+1] int32 */
   const DLTensor *seq_lens;        /* [R] int32 */
   const DLTensor *block_table;     /* [R, max_pages] int32 */
-  const DLTensor *sel_blocks;      /* [T, NB] int32, strictly ascending (as op 1 writes them) */
-  const DLTensor *sel_mask;        /* [T, NB] uint64, bit b: token P*page+b */
-  const DLTensor *sel_count;       /* [T] int32 */
-  const DLTensor *out;             /* [T, Hq, D] fp16 */
-  const DLTensor *lse;             /* [T, Hq] fp32, natural log of the ungated sums; optional */
+  /* The selection as op 1 expands it; each NULL when token_ids gives it instead. */
+  const DLTensor *sel_blocks; /* [T, NB] int32, strictly ascending (as op 1 writes them) */
+  const DLTensor *sel_mask;   /* [T, NB] uint64, bit b: token P*page+b */
+  const DLTensor *sel_count;  /* [T] int32 */
+  const DLTensor *out;        /* [T, Hq, D] fp16 */
+  const DLTensor *lse;        /* [T, Hq] fp32, natural log of the ungated sums; optional */
   /* ABI 1.1 */
   const DLTensor *gate; /* [T, Hq, D] fp16: out *= sigmoid(gate) in fp32; optional (NULL) */
+  /* ABI 1.2: the selection as vLLM's and SGLang's indexers give it, in place of the sel_* triple
+   * (which must then be NULL). [T, W] int32: row t's tokens as request-relative positions
+   * 0 .. pos_t, in any order, -1 padding anywhere. An id outside [0, pos_t], or one given twice,
+   * is skipped (a repeat counts once); checked mode reports it. The plugin expands the ids into
+   * its workspace (T x NB x 12 + T x 4 bytes, NB = min(ids a row holds, ceil(max_seq_len / P))),
+   * then attends as over the triple. NULL (the default): the triple. */
+  const DLTensor *token_ids;
+  /* 1: token_ids' last column holds each row's count n of valid ids, which come first (vLLM's
+   * packed buffer [T, B + c]): only columns 0 .. n-1 are read, n outside [0, W-1] is clamped
+   * (checked mode reports it). 0 (the default): every column holds ids. */
+  int32_t token_ids_count_column;
+  uint32_t reserved2; /* must be 0 */
 } sm70ops_qsa_attn_args;
 
-/* The argument structs' sizes as ABI 1.0 defined them: what a 1.0 host sends. */
+/* The argument structs' sizes as earlier ABI minors defined them: what such a host sends. */
 #define SM70OPS_QSA_INDEX_ARGS_SIZE_1_0 offsetof(sm70ops_qsa_index_args, compress_ratio)
 #define SM70OPS_QSA_ATTN_ARGS_SIZE_1_0 offsetof(sm70ops_qsa_attn_args, gate)
+#define SM70OPS_QSA_ATTN_ARGS_SIZE_1_1 offsetof(sm70ops_qsa_attn_args, token_ids)
 
 /* NVFP4 expert weights in the ModelOpt/vLLM checkpoint layout (unswizzled); e4m3 travels as uint8.
  */

@@ -26,8 +26,9 @@ static void log_setting(void *user, sm70ops_log_level level, const char *text) {
   sm70_log((const sm70ops_context *)user, level, "sm70ops: %s", text);
 }
 
-/* The library carries SASS only (no PTX): a device whose compute capability is not in the build's
- * list cannot run any kernel. Writes why into `note`, or "" when the build has code for `cc`. */
+/* The plugin runs only where the build carries SASS: its kernels are tuned and audited as that
+ * SASS (the V100 build's compute_70 PTX is for the simulator, not for a JIT on other GPUs). Writes
+ * why into `note`, or "" when the build has code for `cc`. */
 static void note_missing_code(int32_t cc, char *note, size_t bytes) {
   note[0] = '\0';
   for (int i = 0; i < sm70_build_arch_count; ++i) {
@@ -192,6 +193,10 @@ static const char *checked_what(uint32_t kind) {
     case SM70_CHECKED_QUERY_START:
       return "query_start_loc entry (it must start at 0, never decrease and end at T; row is the "
              "entry's index)";
+    case SM70_CHECKED_TOKEN_ID:
+      return "token_ids id";
+    case SM70_CHECKED_TOKEN_COUNT:
+      return "token_ids count column";
     default:
       return "index";
   }
@@ -207,6 +212,12 @@ sm70ops_status sm70_context_take_checked_error(const sm70ops_context *ctx) {
   if (!__atomic_compare_exchange_n(&e->kind, &kind, (uint32_t)SM70_CHECKED_OK, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE)) {
     return SM70OPS_OK;
+  }
+  if (kind == SM70_CHECKED_TOKEN_REPEAT) {
+    return sm70_fail(SM70OPS_ERR_INDEX_OUT_OF_RANGE,
+                     "checked mode: an earlier call on this context read token_ids id %lld twice "
+                     "in row %d (a row's ids are a set; the repeat counted once)",
+                     (long long)seen.value, seen.row);
   }
   return sm70_fail(SM70OPS_ERR_INDEX_OUT_OF_RANGE,
                    "checked mode: an earlier call on this context read %s %lld, outside [0, %lld), "

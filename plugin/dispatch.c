@@ -46,14 +46,20 @@ static const sm70_op *find_op(sm70ops_op id) {
 
 /* The host's struct must have the size of one ABI minor's definition of it. */
 static int32_t known_size(const sm70_op *op, uint32_t size, sm70_plan *plan) {
-  const uint32_t newest = op->args_sizes[SM70OPS_ABI_MINOR];
+  char sizes[SM70OPS_MESSAGE_BYTES / 2] = "";
+  size_t used = 0;
   for (int32_t minor = 0; minor <= SM70OPS_ABI_MINOR; ++minor) {
     if (size == op->args_sizes[minor]) return 1;
+    if (used < sizeof(sizes)) {
+      used +=
+          (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%d.%d: %u",
+                           minor == 0 ? "" : ", ", SM70OPS_ABI_MAJOR, minor, op->args_sizes[minor]);
+    }
   }
+  const uint32_t newest = op->args_sizes[SM70OPS_ABI_MINOR];
   return sm70_decline(plan, SM70OPS_REASON_STRUCT_SIZE,
-                      "%s args struct_size %u is no ABI %d.x size of it (1.0: %u, %d.%d: %u)%s",
-                      op->name, size, SM70OPS_ABI_MAJOR, op->args_sizes[0], SM70OPS_ABI_MAJOR,
-                      SM70OPS_ABI_MINOR, newest, size > newest ? ": the host is newer" : "");
+                      "%s args struct_size %u is no ABI %d.x size of it (%s)%s", op->name, size,
+                      SM70OPS_ABI_MAJOR, sizes, size > newest ? ": the host is newer" : "");
 }
 
 /* The gates every op shares, in the order an operator would want them reported. */

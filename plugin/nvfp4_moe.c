@@ -290,13 +290,15 @@ static sm70ops_status launch_prepare(const sm70_plan *plan, const void *args, vo
 const sm70_op sm70_op_nvfp4_moe = {
     .id = SM70OPS_OP_NVFP4_MOE,
     .name = "nvfp4_moe",
-    .args_sizes = {sizeof(sm70ops_nvfp4_moe_args), sizeof(sm70ops_nvfp4_moe_args)},
+    .args_sizes = {sizeof(sm70ops_nvfp4_moe_args), sizeof(sm70ops_nvfp4_moe_args),
+                   sizeof(sm70ops_nvfp4_moe_args)},
     .plan = plan_nvfp4_moe,
 };
 
 const sm70_op sm70_op_nvfp4_moe_prepare = {
     .id = SM70OPS_OP_NVFP4_MOE_PREPARE,
     .name = "nvfp4_moe_prepare",
-    .args_sizes = {sizeof(sm70ops_nvfp4_moe_prepare_args), sizeof(sm70ops_nvfp4_moe_prepare_args)},
+    .args_sizes = {sizeof(sm70ops_nvfp4_moe_prepare_args), sizeof(sm70ops_nvfp4_moe_prepare_args),
+                   sizeof(sm70ops_nvfp4_moe_prepare_args)},
     .plan = plan_prepare,
 };

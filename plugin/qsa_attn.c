@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "kernels/qsa_attn/token_ids.h"
 #include "plugin/op.h"
 #include "plugin/status.h"
 
@@ -54,16 +55,63 @@ static int64_t group_size(const sm70ops_qsa_attn_args *a) {
   return a->q->shape[1] / a->k_cache->shape[2];
 }
 
-/* The selection, the outputs and the optional gate: [T, ...] like q. */
-static int32_t check_rows(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
-                          int32_t need_data, int64_t rows, sm70_plan *plan) {
+/* The sel_* triple, [T, NB] with NB >= 1. */
+static int32_t check_triple(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
+                            int32_t need_data, int64_t rows, sm70_plan *plan) {
   const DLTensor *blocks = a->sel_blocks;
   int64_t nb = blocks != NULL && blocks->ndim == 2 && blocks->shape != NULL ? blocks->shape[1] : 0;
-  int64_t heads = a->q->shape[1], dim = a->q->shape[2];
   const sm70_tensor_spec specs[] = {
       {.name = "sel_blocks", .dtype = SM70_I32, .rank = 2, .shape = {rows, SM70_ANY}},
       {.name = "sel_mask", .dtype = SM70_U64, .rank = 2, .shape = {rows, nb}},
       {.name = "sel_count", .dtype = SM70_I32, .rank = 1, .shape = {rows}},
+  };
+  const DLTensor *tensors[] = {a->sel_blocks, a->sel_mask, a->sel_count};
+  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 3, plan)) return 0;
+  if (nb < 1)
+    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "sel_blocks has no columns");
+  return 1;
+}
+
+/* The ids a token_ids row holds: its columns less the count column. */
+static int64_t ids_per_row(const sm70ops_qsa_attn_args *a) {
+  return a->token_ids->shape[1] - a->token_ids_count_column;
+}
+
+/* ABI 1.2: token_ids [T, W] in place of the triple, which must then be absent. */
+static int32_t check_token_ids(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
+                               int32_t need_data, int64_t rows, sm70_plan *plan) {
+  const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
+  if (a->sel_blocks != NULL || a->sel_mask != NULL || a->sel_count != NULL) {
+    return sm70_decline(plan, bad, "token_ids and the sel_* triple both given: pass one of them");
+  }
+  if (a->token_ids_count_column != 0 && a->token_ids_count_column != 1) {
+    return sm70_decline(plan, bad, "token_ids_count_column %d is neither 0 nor 1",
+                        a->token_ids_count_column);
+  }
+  const sm70_tensor_spec spec = {
+      .name = "token_ids", .dtype = SM70_I32, .rank = 2, .shape = {rows, SM70_ANY}};
+  if (!sm70_check_tensors(ctx, need_data, &a->token_ids, &spec, 1, plan)) return 0;
+  if (ids_per_row(a) < 1) {
+    return sm70_decline(plan, bad, "token_ids has %lld column%s and no id column",
+                        (long long)a->token_ids->shape[1], a->token_ids->shape[1] == 1 ? "" : "s");
+  }
+  return 1;
+}
+
+/* The selection (the triple or token ids), the outputs and the optional gate: [T, ...] like q. */
+static int32_t check_rows(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
+                          int32_t need_data, int64_t rows, sm70_plan *plan) {
+  const sm70ops_reason bad = SM70OPS_REASON_INVALID_ARGUMENT;
+  if (a->reserved2 != 0) return sm70_decline(plan, bad, "reserved2 is %u, must be 0", a->reserved2);
+  if (a->token_ids == NULL && a->token_ids_count_column != 0) {
+    return sm70_decline(plan, bad, "token_ids_count_column %d without token_ids",
+                        a->token_ids_count_column);
+  }
+  const int32_t selection = a->token_ids != NULL ? check_token_ids(ctx, a, need_data, rows, plan)
+                                                 : check_triple(ctx, a, need_data, rows, plan);
+  if (!selection) return 0;
+  int64_t heads = a->q->shape[1], dim = a->q->shape[2];
+  const sm70_tensor_spec specs[] = {
       {.name = "out",
        .dtype = SM70_F16,
        .rank = 3,
@@ -79,11 +127,8 @@ static int32_t check_rows(const sm70ops_context *ctx, const sm70ops_qsa_attn_arg
        .model_dtype = 1,
        .shape = {rows, heads, dim}},
   };
-  const DLTensor *tensors[] = {a->sel_blocks, a->sel_mask, a->sel_count, a->out, a->lse, a->gate};
-  if (!sm70_check_tensors(ctx, need_data, tensors, specs, 6, plan)) return 0;
-  if (nb < 1)
-    return sm70_decline(plan, SM70OPS_REASON_INVALID_ARGUMENT, "sel_blocks has no columns");
-  return 1;
+  const DLTensor *tensors[] = {a->out, a->lse, a->gate};
+  return sm70_check_tensors(ctx, need_data, tensors, specs, 3, plan);
 }
 
 static int32_t check_inputs(const sm70ops_context *ctx, const sm70ops_qsa_attn_args *a,
@@ -167,6 +212,11 @@ static const qsa_attn_shape *match_shape(const sm70ops_qsa_attn_args *a, sm70_pl
   return sm70_check_fast_path_seq_len(a->max_seq_len, s->max_seq_len, plan) ? s : NULL;
 }
 
+/* NB of the triple that token ids expand into. */
+static int32_t token_ids_width(const sm70ops_qsa_attn_args *a) {
+  return sm70_qsa_token_ids_width((int32_t)ids_per_row(a), a->max_seq_len, (int32_t)page_size(a));
+}
+
 static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t need_data,
                           sm70_plan *plan) {
   const sm70ops_qsa_attn_args *a = args;
@@ -178,20 +228,55 @@ static void plan_qsa_attn(const sm70ops_context *ctx, const void *args, int32_t 
   plan->work_items = a->q->shape[0];
   const int32_t group = (int32_t)group_size(a);
   plan->smem_bytes = shape->kernel->smem_bytes(group);
-  snprintf(plan->message, sizeof(plan->message), "%d-row tiles x %d query heads",
-           shape->kernel->tile_rows(group), group);
+  const int n = snprintf(plan->message, sizeof(plan->message), "%d-row tiles x %d query heads",
+                         shape->kernel->tile_rows(group), group);
+  if (a->token_ids == NULL) return;
+  /* The table's page sizes and contexts bound the expansion too: masks of at most 64 tokens,
+   * bitmaps of at most 34 KB. */
+  const int32_t rows = (int32_t)a->q->shape[0], nb = token_ids_width(a);
+  plan->workspace_bytes = sm70_qsa_token_ids_workspace_bytes(rows, nb);
+  const uint32_t expand_smem = sm70_qsa_token_ids_smem_bytes(a->max_seq_len, (int32_t)page_size(a));
+  if (expand_smem > plan->smem_bytes) plan->smem_bytes = expand_smem;
+  snprintf(plan->message + n, sizeof(plan->message) - (size_t)n,
+           ", token ids expanded to %d pages a row", nb);
 }
 
 const sm70_op sm70_op_qsa_attn = {
     .id = SM70OPS_OP_QSA_ATTN,
     .name = "qsa_attn",
-    .args_sizes = {SM70OPS_QSA_ATTN_ARGS_SIZE_1_0, sizeof(sm70ops_qsa_attn_args)},
+    .args_sizes = {SM70OPS_QSA_ATTN_ARGS_SIZE_1_0, SM70OPS_QSA_ATTN_ARGS_SIZE_1_1,
+                   sizeof(sm70ops_qsa_attn_args)},
     .plan = plan_qsa_attn,
 };
 
+/* ABI 1.2: token_ids expanded into the triple in the workspace, which `p` then reads. */
+static sm70ops_status expand_token_ids(const sm70_plan *plan, const sm70ops_qsa_attn_args *a,
+                                       void *stream, void *workspace, sm70_qsa_attn_params *p) {
+  sm70_qsa_token_ids_params e = {
+      .token_ids = sm70_tensor_data(a->token_ids),
+      .token_ids_stride = a->token_ids->strides[0],
+      .width = (int32_t)a->token_ids->shape[1],
+      .count_column = a->token_ids_count_column,
+      .query_start_loc = p->query_start_loc,
+      .seq_lens = p->seq_lens,
+      .rows = p->rows,
+      .requests = p->requests,
+      .max_seq_len = p->max_seq_len,
+      .page_size = p->page_size,
+      .checked = plan->checked,
+  };
+  sm70_qsa_token_ids_place(workspace, p->rows, token_ids_width(a), &e);
+  p->sel_blocks = e.sel_blocks;
+  p->sel_blocks_stride = e.sel_width;
+  p->sel_mask = e.sel_mask;
+  p->sel_mask_stride = e.sel_width;
+  p->sel_count = e.sel_count;
+  p->sel_width = e.sel_width;
+  return sm70_launch_result("qsa_attn (token ids)", sm70_qsa_token_ids_launch(&e, stream));
+}
+
 static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, void *stream,
                                       void *workspace) {
-  (void)workspace;
   const sm70ops_qsa_attn_args *a = args;
   const qsa_attn_shape *shape = find_shape(a);
   if (shape == NULL) { /* plan() accepted this head dim: the table cannot have lost it */
@@ -216,9 +301,9 @@ static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, v
       .block_table = sm70_tensor_data(a->block_table),
       .block_table_stride = a->block_table->strides[0],
       .sel_blocks = sm70_tensor_data(a->sel_blocks),
-      .sel_blocks_stride = a->sel_blocks->strides[0],
+      .sel_blocks_stride = sm70_tensor_stride(a->sel_blocks, 0),
       .sel_mask = sm70_tensor_data(a->sel_mask),
-      .sel_mask_stride = a->sel_mask->strides[0],
+      .sel_mask_stride = sm70_tensor_stride(a->sel_mask, 0),
       .sel_count = sm70_tensor_data(a->sel_count),
       .gate = sm70_tensor_data(a->gate),
       .gate_row_stride = sm70_tensor_stride(a->gate, 0),
@@ -237,8 +322,12 @@ static sm70ops_status launch_qsa_attn(const sm70_plan *plan, const void *args, v
       .num_pages = (int32_t)k->shape[0],
       .max_pages = (int32_t)a->block_table->shape[1],
       .max_seq_len = a->max_seq_len,
-      .sel_width = (int32_t)a->sel_blocks->shape[1],
+      .sel_width = a->sel_blocks != NULL ? (int32_t)a->sel_blocks->shape[1] : 0,
       .checked = plan->checked,
   };
+  if (a->token_ids != NULL) {
+    const sm70ops_status expanded = expand_token_ids(plan, a, stream, workspace, &p);
+    if (expanded != SM70OPS_OK) return expanded;
+  }
   return sm70_launch_result("qsa_attn", shape->kernel->launch(&p, stream));
 }

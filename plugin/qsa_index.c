@@ -267,6 +267,7 @@ static sm70ops_status launch_qsa_index(const sm70_plan *plan, const void *args, 
 const sm70_op sm70_op_qsa_index = {
     .id = SM70OPS_OP_QSA_INDEX,
     .name = "qsa_index",
-    .args_sizes = {SM70OPS_QSA_INDEX_ARGS_SIZE_1_0, sizeof(sm70ops_qsa_index_args)},
+    .args_sizes = {SM70OPS_QSA_INDEX_ARGS_SIZE_1_0, sizeof(sm70ops_qsa_index_args),
+                   sizeof(sm70ops_qsa_index_args)},
     .plan = plan_qsa_index,
 };

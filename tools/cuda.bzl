@@ -2,14 +2,14 @@
 
 Three CUDA configurations, picked with --config (see .bazelrc):
   default  CUDA 13 at /usr/local/cuda, SASS for sm_75 and sm_90 (the device machine's H200).
-  sm70     Debian's CUDA 11.8, SASS for sm_70 only: the V100 release build. CUDA 13 cannot target
-           sm_70, and 11.8 needs clang-14 as host compiler and its own ptxas first on PATH.
-  sim      the sm70 build for the simulated V100 (tools/sim_tests.sh): the same, plus compute_70
-           PTX (what the simulator executes) and without -lineinfo (its PTX parser rejects the
-           .loc directives). The SASS is the sm70 build's.
+  sm70     Debian's CUDA 11.8, SASS for sm_70 plus compute_70 PTX: the V100 release build (the
+           wheel's V100 library, tools/wheel.sh). CUDA 13 cannot target sm_70, and 11.8 needs
+           clang-14 as host compiler and its own ptxas first on PATH.
+  sim      the sm70 build for the simulated V100 (tools/sim_tests.sh), which executes the PTX:
+           the same without -lineinfo (its PTX parser rejects the .loc directives).
 """
 
-# The V100 release build's toolchain; the simulator's build is the same with PTX added.
+# The V100 release build's toolchain; the simulator's build is the same without -lineinfo.
 _SM70 = dict(
     path = "/usr/lib/nvidia-cuda-toolkit/bin:/usr/bin:/bin",
     nvcc = "/usr/bin/nvcc",
@@ -27,7 +27,9 @@ _SM70 = dict(
         "-isystem/usr/include/x86_64-linux-gnu",
         "-isystem/usr/include",
     ],
-    ptx = False,  # embed compute_XX PTX beside the SASS
+    # compute_70 PTX beside the SASS: what the simulated V100 executes, and what a driver could
+    # JIT for a newer GPU (the plugin still runs only where it carries SASS: context.c).
+    ptx = True,
     lineinfo = True,
 )
 
@@ -42,7 +44,7 @@ _TOOLCHAINS = {
         lineinfo = True,
     ),
     "sm70": struct(**_SM70),
-    "sim": struct(**dict(_SM70, ptx = True, lineinfo = False)),
+    "sim": struct(**dict(_SM70, lineinfo = False)),
 }
 
 _FLAGS = [

@@ -13,7 +13,8 @@
 # the device's compute capability, for validation only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:lifecycle_gpu_test //tests/gpu:nvfp4_moe_test)
+tests=(//tests/gpu:qsa_index_test //tests/gpu:qsa_attn_test //tests/gpu:qsa_attn_token_ids_test
+  //tests/gpu:lifecycle_gpu_test //tests/gpu:nvfp4_moe_test)
 
 label_path() { local l=${1#//}; echo "${l/://}"; }  # //a/b:c -> a/b/c
 

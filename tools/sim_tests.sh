@@ -28,13 +28,17 @@ declare -A FILTERS=(
   [lifecycle_gpu_test]='Sim/*:SM70_Lifecycle.*'
   [qsa_index_test]='Sim/*'
   [qsa_attn_test]='Sim/*'
+  [qsa_attn_token_ids_test]='Sim/*:SM70_QsaAttnTokenIdsBadIds.*'
   [nvfp4_moe_test]='Sim/*'
 )
 EXCLUDED='*GraphReplay*:*Checked*'
 # Each op's timing case (binary, filter): the smallest there is; timing mode is 20-50x slower.
+# qsa_attn_token_ids runs the attention from the triple, then from token ids (ABI 1.2): its log
+# gives each kernel's cycles, the expansion's beside the attention's.
 declare -A TIMING=(
   [qsa_index]='qsa_index_test Sim/*/c4_p16_tails'
   [qsa_attn]='qsa_attn_test Sim/*/g1_d128_p64'
+  [qsa_attn_token_ids]='qsa_attn_token_ids_test Sim/*/c4_p16_packed'
   [nvfp4_moe]='nvfp4_moe_test Sim/*/i160_duplicates'
 )
 
@@ -78,7 +82,7 @@ simulate() {
 }
 
 # The slow timing runs first, so that the functional ones fill the other core.
-for op in qsa_attn nvfp4_moe qsa_index; do
+for op in qsa_attn qsa_attn_token_ids nvfp4_moe qsa_index; do
   read -r t filter <<<"${TIMING[$op]}"
   simulate "timing/$op" timing "$t" "$filter"
 done
@@ -107,17 +111,21 @@ passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 
 # --- Timing mode: run.sh's "v100sim: cycles: N kernel launch(es), sum of gpu_sim_cycle = C, ..."
 echo "sim: timing mode: cycles of GPGPU-Sim's V100 model (5000 a launch are its launch latency)"
-printf '  %-10s %-30s %8s %10s %6s\n' op case launches cycles wall
-for op in qsa_index qsa_attn nvfp4_moe; do
+printf '  %-18s %-30s %8s %10s %6s\n' op case launches cycles wall
+for op in qsa_index qsa_attn qsa_attn_token_ids nvfp4_moe; do
   dir=$out/timing/$op
   read -r _ filter <<<"${TIMING[$op]}"
   counts=$(sed -n 's/^v100sim: cycles: \([0-9]*\) .* gpu_sim_cycle = \([0-9]*\),.*/\1 \2/p' "$dir/log")
   read -r launches cycles <<<"${counts:-0 0}"
   if [ "$(cat "$dir/rc")" -eq 0 ] && [ "$launches" -gt 0 ]; then
-    printf '  %-10s %-30s %8s %10s %4s s\n' "$op" "$filter" "$launches" "$cycles" "$(cat "$dir/seconds")"
+    printf '  %-18s %-30s %8s %10s %4s s\n' "$op" "$filter" "$launches" "$cycles" "$(cat "$dir/seconds")"
+    # Each launch's cycles where they are few enough to read (the token-id case: the expansion
+    # beside the attention).
+    [ "$launches" -le 4 ] &&
+      sed -n 's/^v100sim: kernel \([0-9]*\) cycles \(.*\)/      \1 cycles: \2/p' "$dir/log" | cut -c1-110
     passed=$((passed + 1))
   else
-    printf '  %-10s %-30s FAILED (exit %s, %s launches): see %s\n' "$op" "$filter" \
+    printf '  %-18s %-30s FAILED (exit %s, %s launches): see %s\n' "$op" "$filter" \
       "$(cat "$dir/rc")" "$launches" "$dir/log"
     failed=$((failed + 1))
   fi

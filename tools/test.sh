@@ -3,9 +3,10 @@
 #   default build (CUDA 13, sm_75 + sm_90): every Bazel test (conformance, host loader, CLI,
 #     CPU references, shared helpers, plugin internals; GPU tests skip)
 #   V100 build (--config=sm70, CUDA 11.8): the same, plus the SASS audit of the sm_70 binary
-#   then the Python binding's pytest suite, the ASan + UBSan run, the fuzzers, the GPU tests'
-#   simulator cases on a simulated V100 (tools/sim_tests.sh) and the source checks
-#   (clang-format, pyflakes)
+#   then the Python binding's pytest suite, the wheel (built, installed into a fresh virtual
+#   environment, checked and tested from there: tools/wheel_test.sh), the ASan + UBSan run, the
+#   fuzzers, the GPU tests' simulator cases on a simulated V100 (tools/sim_tests.sh) and the
+#   source checks (clang-format, pyflakes)
 # Tests that need a real GPU skip with a printed reason here. Ends with "N passed, N failed,
 # N skipped".
 set -uo pipefail
@@ -71,6 +72,17 @@ run_pytest() {
 }
 run_pytest
 # --- end of the Python host integration step.
+
+# --- The wheel (tools/wheel_test.sh): its last line, "wheel: N passed, N failed, N skipped" (the
+# installed package's suite and its build, install, info and check --cc 70), joins the total.
+run_wheel() {
+  local log=/tmp/sm70ops-test-wheel.log
+  bash tools/wheel_test.sh >"$log" 2>&1
+  grep -E "^wheel: |^(FAILED|ERROR)|^installed package" "$log" | tail -n 12
+  add_counts "wheel (see $log)" "$(tail -n 1 "$log")"
+}
+run_wheel
+# --- end of the wheel step.
 
 # --- Sanitizers and fuzzing (tests/fuzz/, README "Tests"). The conformance suite and the host
 # loader test under ASan + UBSan (--config=asan), counted from their JUnit XML like the steps

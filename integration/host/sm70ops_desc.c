@@ -120,7 +120,12 @@ void sm70ops_desc_qsa_attn(sm70ops_desc_call *call, const sm70ops_desc_qsa_attn_
   ADD(call, "k_cache", &a->k_cache, kF16, device, pages, page, s->kv_heads, s->head_dim);
   ADD(call, "v_cache", &a->v_cache, kF16, device, pages, page, s->kv_heads, s->head_dim);
   add_varlen(call, b, (varlen_fields){&a->query_start_loc, &a->seq_lens, &a->block_table}, device);
-  add_selection(call, b, (selection_fields){&a->sel_blocks, &a->sel_mask, &a->sel_count}, device);
+  if (s->token_ids_width > 0) {
+    ADD(call, "token_ids", &a->token_ids, kI32, device, b->rows, s->token_ids_width);
+    a->token_ids_count_column = s->token_ids_count_column;
+  } else {
+    add_selection(call, b, (selection_fields){&a->sel_blocks, &a->sel_mask, &a->sel_count}, device);
+  }
   ADD(call, "out", &a->out, kF16, device, b->rows, s->q_heads, s->head_dim);
   if (s->with_lse) ADD(call, "lse", &a->lse, kF32, device, b->rows, s->q_heads);
   if (s->with_gate) ADD(call, "gate", &a->gate, kF16, device, b->rows, s->q_heads, s->head_dim);

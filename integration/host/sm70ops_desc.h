@@ -81,6 +81,10 @@ typedef struct sm70ops_desc_qsa_attn_sizes {
   float sm_scale;
   int32_t with_lse;  /* lse [T, Hq] */
   int32_t with_gate; /* gate [T, Hq, D] */
+  /* > 0: token_ids [T, token_ids_width] in place of the sel_* triple (batch.selected_pages is
+   * then unused), its last column a count when token_ids_count_column (ABI 1.2). */
+  int64_t token_ids_width;
+  int32_t token_ids_count_column;
 } sm70ops_desc_qsa_attn_sizes;
 
 /* The checkpoint weights: E experts of hidden size H and intermediate size I. */

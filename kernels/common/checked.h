@@ -21,7 +21,10 @@ typedef enum {
   SM70_CHECKED_EXPERT_ID = 5, /* topk_ids entry outside [0, E) */
   SM70_CHECKED_SEL_ORDER =
       6, /* sel_blocks not ascending (value: the page, bound: the one before) */
-  SM70_CHECKED_QUERY_START = 7 /* query_start_loc not 0, ..., rows ascending (row: the entry) */
+  SM70_CHECKED_QUERY_START = 7,  /* query_start_loc not 0, ..., rows ascending (row: the entry) */
+  SM70_CHECKED_TOKEN_ID = 8,     /* token_ids id outside [0, L) other than the padding -1 */
+  SM70_CHECKED_TOKEN_REPEAT = 9, /* token_ids id given twice in its row (bound: L) */
+  SM70_CHECKED_TOKEN_COUNT = 10  /* token_ids' count column outside [0, W - 1] (bound: W) */
 } sm70_checked_kind;
 
 typedef struct sm70_checked_error {

@@ -48,7 +48,7 @@ TEST_F(Abi_Identity, Fields) {
   ASSERT_EQ(api().get_identity(&id), SM70OPS_OK);
   EXPECT_STREQ(id.name, "sm70ops");
   EXPECT_EQ(id.abi_major, 1u);
-  EXPECT_EQ(id.abi_minor, 1u);
+  EXPECT_EQ(id.abi_minor, 2u);
   EXPECT_EQ(id.version_major, uint32_t{SM70OPS_VERSION_MAJOR});
   EXPECT_EQ(id.version_minor, uint32_t{SM70OPS_VERSION_MINOR});
   EXPECT_EQ(id.version_patch, uint32_t{SM70OPS_VERSION_PATCH});

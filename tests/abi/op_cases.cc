@@ -79,17 +79,32 @@ std::unique_ptr<OpCase> QsaIndexCase(bool abi_1_0) {
   return c;
 }
 
-// A 1.0 host's struct ends before `gate`.
-std::unique_ptr<OpCase> QsaAttnCase(bool abi_1_0) {
-  auto c = std::make_unique<OpCase>("qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA);
+sm70ops_desc_qsa_attn_sizes QsaAttnSizes() {
   sm70ops_desc_qsa_attn_sizes s{};
   s.batch = Batch();
   s.q_heads = kHeadsQ, s.kv_heads = kHeadsKv, s.head_dim = kHeadDim;
   s.sm_scale = 0.0625f;  // 1/sqrt(256)
-  s.with_lse = 1;
+  s.with_lse = s.with_gate = 1;
+  return s;
+}
+
+// A 1.0 host's struct ends before `gate`.
+std::unique_ptr<OpCase> QsaAttnCase(bool abi_1_0) {
+  auto c = std::make_unique<OpCase>("qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA);
+  sm70ops_desc_qsa_attn_sizes s = QsaAttnSizes();
   s.with_gate = !abi_1_0;
   sm70ops_desc_qsa_attn(&c->call(), &s, 0);
   if (abi_1_0) c->As<sm70ops_qsa_attn_args>().struct_size = SM70OPS_QSA_ATTN_ARGS_SIZE_1_0;
+  c->AddSlots({"lse", "gate"});
+  return c;
+}
+
+std::unique_ptr<OpCase> TokenIdsCase(bool count_column) {
+  auto c = std::make_unique<OpCase>("qsa_attn", SM70OPS_ROUTE_QSA_ATTN_WMMA);
+  sm70ops_desc_qsa_attn_sizes s = QsaAttnSizes();
+  s.token_ids_width = count_column ? kPackedWidth : kSetWidth;
+  s.token_ids_count_column = count_column;
+  sm70ops_desc_qsa_attn(&c->call(), &s, 0);
   c->AddSlots({"lse", "gate"});
   return c;
 }
@@ -235,6 +250,37 @@ std::vector<Breakage> QsaAttnRelations() {
       {"sm_scale_inf", SetField(&A::sm_scale, std::numeric_limits<float>::infinity()), "sm_scale"},
       {"max_query_len_over_seq", SetField(&A::max_query_len, int32_t{kSeqLen + 1}),
        "max_query_len"},
+      {"reserved2", SetField(&A::reserved2, uint32_t{1}), "reserved2"},
+      {"count_column_without_token_ids", SetField(&A::token_ids_count_column, int32_t{1}),
+       "token_ids_count_column"},
+  };
+}
+
+// On MakeTokenIdsCase(true). The triple is one of the two ways to give the selection: adding any
+// of its tensors is a conflict that names token_ids.
+std::vector<Breakage> TokenIdsRelations() {
+  using A = sm70ops_qsa_attn_args;
+  const auto add_sel_count = [](OpCase& c) {
+    static const int64_t kShape[] = {kRows}, kStride[] = {1};
+    static DLTensor count = {reinterpret_cast<void*>(0xF000),
+                             {kDLCUDA, 0},
+                             1,
+                             {kDLInt, 32, 1},
+                             const_cast<int64_t*>(kShape),
+                             const_cast<int64_t*>(kStride),
+                             0};
+    c.As<A>().sel_count = &count;
+  };
+  return {
+      {"token_ids_rows", Resize({"token_ids"}, 0, kRows + 1), "token_ids"},
+      {"token_ids_only_a_count_column", Resize({"token_ids"}, 1, 1), "token_ids"},
+      {"token_ids_and_the_triple", add_sel_count, "token_ids"},
+      {"count_column_2", SetField(&A::token_ids_count_column, int32_t{2}),
+       "token_ids_count_column"},
+      {"count_column_negative", SetField(&A::token_ids_count_column, int32_t{-1}),
+       "token_ids_count_column"},
+      {"reserved2", SetField(&A::reserved2, uint32_t{7}), "reserved2"},
+      {"out_rows", Resize({"out"}, 0, kRows - 1), "out"},
   };
 }
 
@@ -309,6 +355,13 @@ std::unique_ptr<OpCase> MakeCase10(sm70ops_op op) { return MakeCaseOf(op, true);
 
 uint32_t ArgsSize10(sm70ops_op op) { return MakeCase10(op)->args_size(); }
 
+bool IsArgsSizeOfSomeMinor(sm70ops_op op, uint32_t size) {
+  const bool abi_1_1 = op == SM70OPS_OP_QSA_ATTN && size == SM70OPS_QSA_ATTN_ARGS_SIZE_1_1;
+  return size == ArgsSize10(op) || abi_1_1 || size == MakeCase(op)->args_size();
+}
+
+std::unique_ptr<OpCase> MakeTokenIdsCase(bool count_column) { return TokenIdsCase(count_column); }
+
 std::string OpName(sm70ops_op op) {
   static const char* const kNames[] = {"", "QsaIndex", "QsaAttn", "NvFp4Moe", "NvFp4MoePrepare"};
   return kNames[op];
@@ -332,10 +385,12 @@ std::function<void(OpCase&)> SetDtype(std::string tensor, DLDataType dtype) {
   return [tensor, dtype](OpCase& c) { c.tensor(tensor).dtype = dtype; };
 }
 
-std::vector<Breakage> BadInputs(sm70ops_op op) {
+namespace {
+
+// Every generic tensor class on every tensor slot of `probe`.
+std::vector<Breakage> TensorBreakages(OpCase& probe) {
   std::vector<Breakage> out;
-  std::unique_ptr<OpCase> probe = MakeCase(op);
-  for (const TensorSlot& slot : probe->slots()) {
+  for (const TensorSlot& slot : probe.slots()) {
     for (const TensorClass& cls : kTensorClasses) {
       if (!cls.applies(slot)) continue;
       const std::string name = slot.name;
@@ -344,7 +399,21 @@ std::vector<Breakage> BadInputs(sm70ops_op op) {
           {name + "/" + cls.label, [name, apply](OpCase& c) { apply(c.slot(name)); }, name});
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Breakage> BadInputs(sm70ops_op op) {
+  std::vector<Breakage> out = TensorBreakages(*MakeCase(op));
   std::vector<Breakage> relations = Relations(op);
+  out.insert(out.end(), relations.begin(), relations.end());
+  return out;
+}
+
+std::vector<Breakage> TokenIdsBadInputs() {
+  std::vector<Breakage> out = TensorBreakages(*MakeTokenIdsCase(true));
+  std::vector<Breakage> relations = TokenIdsRelations();
   out.insert(out.end(), relations.begin(), relations.end());
   return out;
 }

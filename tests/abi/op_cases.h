@@ -29,6 +29,7 @@ inline constexpr int64_t kRatio = 4;    // c: tokens per index key
 inline constexpr int64_t kTopk = 2048;  // the indexer's budget B in tokens: 512 groups
 inline constexpr int64_t kSetWidth = kTopk + kRatio - 1;  // topk_idx columns
 inline constexpr int64_t kSelBlocks = 64;                 // NB = min(B / c + 1, ceil(max L / P))
+inline constexpr int64_t kPackedWidth = kSetWidth + 1;    // vLLM's packed buffer: ids, then a count
 inline constexpr int64_t kHeadsQ = 6, kHeadsKv = 1, kHeadDim = 256;
 inline constexpr int64_t kExperts = 512, kExpertTopk = 10, kHidden = 2560, kInter = 160;
 
@@ -86,6 +87,11 @@ std::unique_ptr<OpCase> MakeCase(sm70ops_op op);
 std::unique_ptr<OpCase> MakeCase10(sm70ops_op op);
 // sizeof the op's argument struct in ABI 1.0.
 uint32_t ArgsSize10(sm70ops_op op);
+// Whether some ABI minor up to this header's gives the op's argument struct `size` bytes.
+bool IsArgsSizeOfSomeMinor(sm70ops_op op, uint32_t size);
+// ABI 1.2: QSA_ATTN with the engines' token ids [T, W] in place of the sel_* triple: vLLM's packed
+// buffer (W = B + c, the last column a count) or, without the count column, SGLang's (B + c - 1).
+std::unique_ptr<OpCase> MakeTokenIdsCase(bool count_column);
 std::string OpName(sm70ops_op op);  // "QsaIndex", for test names
 
 // One way to break a descriptor, and the argument the plugin must blame.
@@ -98,6 +104,8 @@ struct Breakage {
 // Every bad-input class of abi.md item 9 for `op`: the generic tensor classes on every tensor
 // slot, then the op's own cross-tensor and scalar relations.
 std::vector<Breakage> BadInputs(sm70ops_op op);
+// The same for MakeTokenIdsCase(true): the classes on its tensors, then token_ids' relations.
+std::vector<Breakage> TokenIdsBadInputs();
 
 // Well-formed descriptors outside the fast path, with the reason check must give.
 struct Unsupported {

@@ -254,7 +254,7 @@ static const void *sized_copy(fz_reader *r, const void *full, uint32_t true_size
         *claim = 0;
         return NULL;
       }
-      size = (uint32_t)PICK(r, ((const uint32_t[]){24, 56, 104, 112, 40, 8, 0, 4}));
+      size = (uint32_t)PICK(r, ((const uint32_t[]){24, 56, 104, 112, 128, 40, 8, 0, 4}));
       break;
     default:
       break;
@@ -271,6 +271,7 @@ static const void *sized_copy(fz_reader *r, const void *full, uint32_t true_size
 /* Consistent model numbers; the variant byte shrinks or changes some of them together. */
 typedef struct dims {
   int64_t rows, requests, seq_len, page, ratio, max_pages, num_pages, topk, sel_blocks;
+  int32_t token_ids; /* qsa_attn's selection: 0 the triple, 1 token ids, 2 with a count column */
   int64_t heads_q, heads_kv, head_dim, experts, expert_topk, hidden, inter;
 } dims;
 
@@ -313,6 +314,7 @@ static dims model_dims(fz_reader *r) {
       d.expert_topk = 1 + fz_u8(r) % 20;
     }
   }
+  d.token_ids = fz_u8(r) % 3;
   d.max_pages = (d.seq_len + d.page - 1) / d.page;
   d.num_pages = d.requests * d.max_pages;
   d.sel_blocks = sm70ops_desc_selection_width(d.topk, d.ratio, d.max_pages);
@@ -352,13 +354,19 @@ static void build_baseline(sm70ops_desc_call *call, sm70ops_op op, const dims *d
                                             .with_selection = 1};
     sm70ops_desc_qsa_index(call, &s, 0);
   } else if (op == SM70OPS_OP_QSA_ATTN) {
-    const sm70ops_desc_qsa_attn_sizes s = {.batch = batch,
-                                           .q_heads = d->heads_q,
-                                           .kv_heads = d->heads_kv,
-                                           .head_dim = d->head_dim,
-                                           .sm_scale = 1.0f / sqrtf((float)d->head_dim),
-                                           .with_lse = 1,
-                                           .with_gate = 1};
+    /* ABI 1.2's token ids in place of the triple: vLLM's packed buffer [T, B + c] (count column)
+     * or SGLang's [T, B + c - 1]. */
+    const int32_t count_column = d->token_ids == 2;
+    const sm70ops_desc_qsa_attn_sizes s = {
+        .batch = batch,
+        .q_heads = d->heads_q,
+        .kv_heads = d->heads_kv,
+        .head_dim = d->head_dim,
+        .sm_scale = 1.0f / sqrtf((float)d->head_dim),
+        .with_lse = 1,
+        .with_gate = 1,
+        .token_ids_width = d->token_ids ? d->topk + d->ratio - 1 + count_column : 0,
+        .token_ids_count_column = count_column};
     sm70ops_desc_qsa_attn(call, &s, 0);
   } else if (op == SM70OPS_OP_NVFP4_MOE) {
     const sm70ops_desc_nvfp4_moe_sizes s = {.experts = experts,
@@ -389,14 +397,15 @@ static const sm70ops_nvfp4_weights *break_weights(fz_reader *r, sm70ops_nvfp4_we
   return sized_copy(r, w, sizeof(*w), &claim);
 }
 
-uint32_t fz_args_size_1_0(sm70ops_op op) {
+int32_t fz_is_args_size(sm70ops_op op, uint32_t size) {
   switch (op) {
     case SM70OPS_OP_QSA_INDEX:
-      return SM70OPS_QSA_INDEX_ARGS_SIZE_1_0;
+      return size == SM70OPS_QSA_INDEX_ARGS_SIZE_1_0 || size == fz_args_size(op);
     case SM70OPS_OP_QSA_ATTN:
-      return SM70OPS_QSA_ATTN_ARGS_SIZE_1_0;
+      return size == SM70OPS_QSA_ATTN_ARGS_SIZE_1_0 || size == SM70OPS_QSA_ATTN_ARGS_SIZE_1_1 ||
+             size == fz_args_size(op);
     default:
-      return fz_args_size(op);
+      return fz_args_size(op) != 0 && size == fz_args_size(op);
   }
 }
 
@@ -434,6 +443,8 @@ static void break_fields(fz_reader *r, sm70ops_desc_call *call) {
       a->sm_scale = mut_f32(r, a->sm_scale);
       a->max_seq_len = mut_i32(r, a->max_seq_len);
       a->max_query_len = mut_i32(r, a->max_query_len);
+      a->token_ids_count_column = mut_i32(r, a->token_ids_count_column);
+      a->reserved2 = (uint32_t)mut_i32(r, 0);
       break_tensors(r, call);
       break;
     }

@@ -1,5 +1,6 @@
 /* Op argument structs built from fuzz bytes, starting from valid model-shape descriptors (the TP4
- * per-rank shapes of tests/abi/op_cases.h, built by integration/host/sm70ops_desc.h) and breaking
+ * per-rank shapes of tests/abi/op_cases.h, built by integration/host/sm70ops_desc.h; qsa_attn's
+ * selection as the sel_* triple or as token ids, with or without the count column) and breaking
  * fields the bytes choose: struct_size, scalars, and per tensor NULL, ndim -1..6 (shape/strides
  * arrays sized to ndim), shapes, strides (0, negative, huge, NULL), dtype, lanes, byte_offset,
  * device, data pointer.
@@ -24,7 +25,7 @@ fz_args fz_build_args(fz_reader *r, sm70ops_op op);
 
 /* sizeof the args struct of `op` in this header's ABI minor, 0 for an unknown id. */
 uint32_t fz_args_size(sm70ops_op op);
-/* Its size in ABI 1.0 (the plugin takes both). */
-uint32_t fz_args_size_1_0(sm70ops_op op);
+/* 1 when some ABI minor gives op's args struct `size` bytes (the plugin takes each). */
+int32_t fz_is_args_size(sm70ops_op op, uint32_t size);
 
 #endif /* SM70OPS_TESTS_FUZZ_FUZZ_ARGS_H_ */

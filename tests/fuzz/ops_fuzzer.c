@@ -99,21 +99,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const fz_context *c = &contexts[fz_u8(&r) % kContexts];
   sm70ops_op op = pick_op(&r);
   /* Mostly the op's own struct; sometimes another op's, when its struct_size tells them apart
-   * (qsa_index and qsa_attn args have the same size: a host that mixes those up passes integers
-   * where pointers belong, which no plugin can detect). */
+   * (qsa_index's args have the size of qsa_attn's at ABI 1.1: a host that mixes those up passes
+   * integers where pointers belong, which no plugin can detect). */
   uint8_t confuse = fz_u8(&r);
   sm70ops_op args_op = fz_args_size(op) == 0 || confuse >= 0xF0 ? 1 + confuse % 4 : op;
   if (fz_args_size(op) != 0 && fz_args_size(args_op) == fz_args_size(op)) args_op = op;
   fz_args a = fz_build_args(&r, args_op);
   /* Another op's struct whose (mutated) struct_size claims this op's size is the same mix-up:
    * undetectable, so not an input the plugin can be held to. */
-  if (args_op != op && a.args != NULL &&
-      (a.struct_size == fz_args_size(op) || a.struct_size == fz_args_size_1_0(op))) {
-    return 0;
-  }
+  if (args_op != op && a.args != NULL && fz_is_args_size(op, a.struct_size)) return 0;
   int32_t op_known = fz_args_size(op) != 0;
-  int32_t size_ok = a.args != NULL &&
-                    (a.struct_size == fz_args_size(op) || a.struct_size == fz_args_size_1_0(op));
+  int32_t size_ok = a.args != NULL && fz_is_args_size(op, a.struct_size);
 
   /* check */
   decision_buf db = make_decision(&r);

@@ -1,6 +1,8 @@
 """sm70ops from Python: load libsm70ops.so through its C ABI (ctypes, no compiled extension).
 
-    plugin.Plugin      dlopen + ABI negotiation; identity, devices, contexts
+    plugin.Plugin      dlopen + ABI negotiation; identity, devices, contexts; an installed wheel's
+                       bundled plugins (the V100 build, the validation build), one fits a device
+    engines            vllm, sglang: the engines' own QSA calls as drop-ins over library
     library            torch.ops.sm70ops.*: the ops as torch custom ops (for torch.compile and
                        CUDA graphs), the plugin where it accepts, else generic; contexts per device
     torch_ops          TorchOps: an eager host's thin layer over library's ops, one context
@@ -18,8 +20,10 @@
 Importing this package needs no torch; the functions that use torch import it themselves
 (`import sm70ops.library` does, and registers the torch ops).
 """
-from ._abi import ABI_MAJOR, ABI_MINOR, LogLevel, Op, Reason, Route, Status
+from ._abi import ABI_MAJOR, ABI_MINOR, VERSION, LogLevel, Op, Reason, Route, Status
 from .plugin import Context, Decision, DeviceInfo, Identity, Plugin, Sm70opsError
+
+__version__ = ".".join(map(str, VERSION))  # the plugin release this package mirrors
 
 __all__ = [
     "ABI_MAJOR", "ABI_MINOR", "Context", "Decision", "DeviceInfo", "Identity", "LogLevel", "Op",

@@ -163,8 +163,8 @@ def _positive(text):
 def parse(argv):
     library = _Parser(add_help=False)
     library.add_argument("--library", metavar="PATH", default=argparse.SUPPRESS,
-                         help="the plugin (default: $SM70OPS_LIBRARY, else libsm70ops.so "
-                         "through the dynamic loader)")
+                         help="the plugin (default: $SM70OPS_LIBRARY, else the bundled plugin "
+                         "that fits the device, else libsm70ops.so through the dynamic loader)")
     parser = _Parser(prog="python -m sm70ops", parents=[library],
                      description="Inspects libsm70ops.so and asks its capability check about "
                      "the model's shapes.")

@@ -1,4 +1,4 @@
-"""ctypes mirrors of abi/sm70ops.h (ABI 1.1) and of the DLPack 0.6 structs it uses.
+"""ctypes mirrors of abi/sm70ops.h (ABI 1.2) and of the DLPack 0.6 structs it uses.
 
 Field order and types follow the header exactly; tests/test_abi_layout.py checks every size and
 offset against tests/abi/abi_layout_golden.inc, the layout the C conformance suite pins.
@@ -8,8 +8,8 @@ import ctypes
 import enum
 
 ABI_MAJOR = 1
-ABI_MINOR = 1
-VERSION = (0, 2, 0)  # SM70OPS_VERSION_MAJOR/MINOR/PATCH of the header this mirrors
+ABI_MINOR = 2
+VERSION = (0, 3, 0)  # SM70OPS_VERSION_MAJOR/MINOR/PATCH of the header this mirrors
 ENTRY_POINT_NAME = "sm70ops_get_api"
 MESSAGE_BYTES = 256
 STATUS_COUNT = 10
@@ -211,12 +211,17 @@ class sm70ops_qsa_attn_args(ctypes.Structure):
         ("lse", _TensorPtr),
         # ABI 1.1
         ("gate", _TensorPtr),
+        # ABI 1.2
+        ("token_ids", _TensorPtr),
+        ("token_ids_count_column", ctypes.c_int32),
+        ("reserved2", ctypes.c_uint32),
     ]
 
 
-# The argument structs' sizes as ABI 1.0 defined them: what a 1.0 host sends.
+# The argument structs' sizes as earlier ABI minors defined them: what such a host sends.
 QSA_INDEX_ARGS_SIZE_1_0 = sm70ops_qsa_index_args.compress_ratio.offset
 QSA_ATTN_ARGS_SIZE_1_0 = sm70ops_qsa_attn_args.gate.offset
+QSA_ATTN_ARGS_SIZE_1_1 = sm70ops_qsa_attn_args.token_ids.offset
 
 
 class sm70ops_nvfp4_weights(ctypes.Structure):

@@ -227,6 +227,40 @@ def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk,
 # Op 2: QSA selected attention --------------------------------------------------------------------
 
 
+def row_lengths(query_start_loc, seq_lens, device):
+    """Each row's L_t = pos + 1 (int64 [T]), from the metadata on the host."""
+    import torch
+
+    lengths = [seq_len - rows + 1 + i for _, rows, seq_len in _requests(query_start_loc, seq_lens)
+               for i in range(rows)]
+    return torch.tensor(lengths, dtype=torch.int64, device=device)
+
+
+def token_ids_selection(token_ids, count_column, lengths, page_size):
+    """ABI 1.2's token ids [T, W] as op 2's sel_* triple at page size P: row t's ids (its leading
+    count when count_column, the last column holding the count; every column else), in any order,
+    with -1 and every id outside [0, L_t) (lengths [T]) left out and a repeat counted once, as
+    the plugin reads them. NB = min(ids a row holds, ceil(max L / P))."""
+    import torch
+
+    ids = token_ids.long()
+    if count_column:
+        count = ids[:, -1].clamp(0, ids.shape[1] - 1)
+        ids = ids[:, :-1]
+        ids = ids.masked_fill(torch.arange(ids.shape[1], device=ids.device) >= count[:, None], -1)
+    lengths = lengths.to(ids.device)
+    valid = (ids >= 0) & (ids < lengths[:, None])
+    past = torch.iinfo(torch.int64).max  # sorts after every position
+    key = torch.where(valid, ids, past).sort(dim=1).values
+    repeated = torch.zeros_like(key, dtype=torch.bool)
+    repeated[:, 1:] = key[:, 1:] == key[:, :-1]
+    key = key.masked_fill(repeated, past).sort(dim=1).values
+    tokens = torch.where(key == past, -1, key)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    nb = max(1, min(ids.shape[1], -(-longest // page_size)))
+    return expand_selection(tokens, nb, page_size)
+
+
 def selected_positions(sel_blocks, sel_mask, sel_count, bound, page_size):
     """Each row's selected positions below bound [n] (its L_t), pages of page_size tokens:
     (positions [n, W] int64 ascending, valid [n, W] bool), W the largest count; a position

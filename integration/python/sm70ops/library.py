@@ -1,4 +1,6 @@
-"""torch.ops.sm70ops: the four ops as torch custom ops, callable inside compiled graphs.
+"""torch.ops.sm70ops: the four ops as torch custom ops, callable inside compiled graphs, and the
+two forms the engines' drop-ins (sm70ops.engines) call: qsa_index_token_set (op 1's token set,
+as vLLM's and SGLang's indexers hand it on) and qsa_attn_token_ids (op 2 over such token ids).
 
 Importing this module (torch needed) registers them; a host then gives each CUDA device it
 serves its plugin context, once:
@@ -162,6 +164,34 @@ def _qsa_index_fake(q, weights, k_index, query_start_loc, seq_lens, block_table,
     return _selection(q, topk, compress_ratio, k_index.shape[1] * compress_ratio, max_seq_len)
 
 
+def _token_set(q, topk, compress_ratio):
+    """Empty topk_idx [T, topk + c - 1] int32."""
+    return q.new_empty((q.shape[0], topk + compress_ratio - 1), dtype=torch.int32)
+
+
+@torch.library.custom_op("sm70ops::qsa_index_token_set", mutates_args=())
+def qsa_index_token_set(q: torch.Tensor, weights: Optional[torch.Tensor], k_index: torch.Tensor,
+                        query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                        block_table: torch.Tensor, topk: int, max_seq_len: int,
+                        max_query_len: int, compress_ratio: int = 1) -> torch.Tensor:
+    """Op 1's token set: topk_idx [T, topk + c - 1] int32, each row's tokens (its groups', then
+    its tail) as request-relative positions, ascending, -1 padded."""
+    topk_idx = _token_set(q, topk, compress_ratio)
+    args = ops.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk=topk,
+                         max_seq_len=max_seq_len, max_query_len=max_query_len,
+                         compress_ratio=compress_ratio, topk_idx=topk_idx)
+    if _plugin_ran("qsa_index", q.device, args):
+        return topk_idx
+    return generic.qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, topk,
+                             None, compress_ratio).topk_idx
+
+
+@qsa_index_token_set.register_fake
+def _qsa_index_token_set_fake(q, weights, k_index, query_start_loc, seq_lens, block_table, topk,
+                              max_seq_len, max_query_len, compress_ratio=1):
+    return _token_set(q, topk, compress_ratio)
+
+
 # Op 2: QSA selected attention --------------------------------------------------------------------
 
 
@@ -185,6 +215,34 @@ def qsa_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 @qsa_attn.register_fake
 def _qsa_attn_fake(q, *_, **__):
+    return q.new_empty(q.shape, dtype=torch.float16)
+
+
+@torch.library.custom_op("sm70ops::qsa_attn_token_ids", mutates_args=())
+def qsa_attn_token_ids(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                       block_table: torch.Tensor, token_ids: torch.Tensor, count_column: bool,
+                       sm_scale: float, max_seq_len: int, max_query_len: int,
+                       gate: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Op 2 over the engines' selection (ABI 1.2): token_ids [T, W] int32, request-relative
+    positions in any order, -1 padded, the last column each row's count of leading ids when
+    count_column (vLLM's packed buffer); ids outside [0, L_t) are left out, a repeat counts
+    once. out [T, Hq, D] fp16, times sigmoid(gate) when a gate [T, Hq, D] is given."""
+    out = q.new_empty(q.shape, dtype=torch.float16)
+    args = ops.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, None, None,
+                        None, out, sm_scale=sm_scale, max_seq_len=max_seq_len,
+                        max_query_len=max_query_len, gate=gate, token_ids=token_ids,
+                        token_ids_count_column=count_column)
+    if _plugin_ran("qsa_attn", q.device, args):
+        return out
+    lengths = generic.row_lengths(query_start_loc, seq_lens, q.device)
+    selection = generic.token_ids_selection(token_ids, count_column, lengths, k_cache.shape[1])
+    return generic.qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table,
+                            *selection, sm_scale, gate)[0]
+
+
+@qsa_attn_token_ids.register_fake
+def _qsa_attn_token_ids_fake(q, *_, **__):
     return q.new_empty(q.shape, dtype=torch.float16)
 
 

@@ -1,4 +1,4 @@
-"""Builders of the four ops' argument structs (abi/sm70ops.h, ABI 1.1; shared/spec/ops.md v2).
+"""Builders of the four ops' argument structs (abi/sm70ops.h, ABI 1.2; shared/spec/ops.md v2).
 
 Every tensor argument is a torch tensor (viewed with dlpack.from_torch) or a dlpack.TensorView
 (dlpack.describe gives NULL-data descriptors for check()). Each builder returns an OpArgs that
@@ -63,22 +63,27 @@ def qsa_index(q, weights, k_index, query_start_loc, seq_lens, block_table, *, to
 
 
 def qsa_attn(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, sel_blocks, sel_mask,
-             sel_count, out, *, sm_scale, max_seq_len, max_query_len, lse=None, gate=None):
+             sel_count, out, *, sm_scale, max_seq_len, max_query_len, lse=None, gate=None,
+             token_ids=None, token_ids_count_column=False):
     """Op 2, QSA selected attention over op 1's expansion; the op applies the causal bound.
 
     q [T, Hq, D] fp16, D in {128, 256}, Hq a multiple of Hkv; k_cache, v_cache
     [num_pages, P, Hkv, D] fp16 (may view one [2, num_pages, P, Hkv, D] buffer);
     sel_blocks [T, NB] int32, sel_mask [T, NB] uint64, sel_count [T] int32 (op 1's at the same
-    P); out [T, Hq, D] fp16; lse [T, Hq] fp32, natural log of the ungated sums, optional;
-    gate [T, Hq, D] fp16, optional: out *= sigmoid(gate).
+    P), or all three None and token_ids [T, W] int32 (ABI 1.2: request-relative positions in any
+    order, -1 padded; with token_ids_count_column the last column holds the row's count of
+    leading ids, vLLM's packed buffer); out [T, Hq, D] fp16; lse [T, Hq] fp32, natural log of
+    the ungated sums, optional; gate [T, Hq, D] fp16, optional: out *= sigmoid(gate).
     """
     views, p = _pointers(
         dict(q=q, k_cache=k_cache, v_cache=v_cache, query_start_loc=query_start_loc,
              seq_lens=seq_lens, block_table=block_table, sel_blocks=sel_blocks,
-             sel_mask=sel_mask, sel_count=sel_count, out=out, lse=lse, gate=gate),
+             sel_mask=sel_mask, sel_count=sel_count, out=out, lse=lse, gate=gate,
+             token_ids=token_ids),
         {"sel_mask": "uint64"})
     struct = _abi.new_struct(_abi.sm70ops_qsa_attn_args, sm_scale=sm_scale,
-                             max_seq_len=max_seq_len, max_query_len=max_query_len, **p)
+                             max_seq_len=max_seq_len, max_query_len=max_query_len,
+                             token_ids_count_column=int(token_ids_count_column), **p)
     return OpArgs(_abi.Op.QSA_ATTN, struct, views)
 
 

@@ -14,12 +14,16 @@ plugin-side failure but returns a decline saying why; execute() raises Sm70opsEr
 import ctypes
 import dataclasses
 import os
+import pathlib
 import weakref
 
 from . import _abi
 
 LIBRARY_ENV = "SM70OPS_LIBRARY"  # consulted when Plugin(path=None)
 DEFAULT_LIBRARY = "libsm70ops.so"  # last resort: the dynamic loader's search
+# The plugins a wheel bundles (tools/wheel.sh), lib/BUILD/libsm70ops.so: the V100 release build
+# (sm_70 SASS and compute_70 PTX, CUDA 11.8), then the validation build (sm_75 and sm_90, CUDA 13).
+BUNDLED_BUILDS = ("v100", "validation")
 
 # Slots every host needs (the C host loader's list); the others are checked when called.
 _NEEDED_SLOTS = ("status_name", "reason_name", "last_error", "check", "context_create",
@@ -84,6 +88,45 @@ def _status_label(status):
         return "SM70OPS_STATUS_UNKNOWN"
 
 
+def bundled_libraries():
+    """Paths of the plugins bundled with this package, in BUNDLED_BUILDS order; none in a source
+    tree."""
+    lib = pathlib.Path(__file__).resolve().parent / "lib"
+    paths = [lib / build / DEFAULT_LIBRARY for build in BUNDLED_BUILDS]
+    return [str(path) for path in paths if path.is_file()]
+
+
+def fitting_build(compute_capability, sm_lists):
+    """Index of the build whose SASS list ("sm_75,sm_90") holds `compute_capability`, else 0 (the
+    V100 release build: no device, or one no build carries code for, on which every op declines
+    ARCH and check --cc plans for a V100)."""
+    wanted = f"sm_{compute_capability}"
+    for i, sm_list in enumerate(sm_lists):
+        if wanted in sm_list.split(","):
+            return i
+    return 0
+
+
+def bundled_library():
+    """The bundled plugin that fits CUDA device 0, None when none is bundled. The V100 release
+    build is asked for the device's compute capability (its CUDA 11.8 runtime loads on any
+    driver that runs a V100; that is the one CUDA use here); each build's identity gives its SASS
+    list, with no CUDA call."""
+    paths = bundled_libraries()
+    if not paths:
+        return None
+    try:
+        with Plugin(paths[0]) as first:
+            cc = first.device_info(0).compute_capability if first.device_count() else 0
+        sm_lists = []
+        for path in paths:
+            with Plugin(path) as plugin:
+                sm_lists.append(plugin.identity().sm_list)
+    except Sm70opsError:
+        return paths[0]
+    return paths[fitting_build(cc, sm_lists)]
+
+
 def _loaded_file(entry_point, fallback):
     """The file the dynamic loader opened for a plain name (dladdr), else `fallback`."""
 
@@ -102,13 +145,14 @@ def _loaded_file(entry_point, fallback):
 class Plugin:
     """libsm70ops.so, loaded with RTLD_NOW | RTLD_LOCAL and its ABI negotiated.
 
-    path: None reads $SM70OPS_LIBRARY (if set and non-empty), else "libsm70ops.so" through the
+    path: None reads $SM70OPS_LIBRARY (if set and non-empty), else takes the bundled plugin that
+    fits the device (bundled_library: an installed wheel's), else "libsm70ops.so" through the
     dynamic loader. abi: the (major, minor) this host speaks; the negotiated minor is
     `abi_minor`. The library stays mapped after close() (ctypes never dlcloses).
     """
 
     def __init__(self, path=None, abi=(_abi.ABI_MAJOR, _abi.ABI_MINOR)):
-        requested = path or os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY
+        requested = path or os.environ.get(LIBRARY_ENV) or bundled_library() or DEFAULT_LIBRARY
         self._contexts = weakref.WeakSet()
         self._api = None
         lib = self._load(requested)

@@ -1,4 +1,8 @@
-"""Shared fixtures: the package on sys.path, the built plugin, the C tool, torch if present."""
+"""Shared fixtures: the package under test, the plugin, the C tool, torch if present.
+
+The package is the source tree's (put first on sys.path), or with SM70OPS_TEST_INSTALLED=1 the
+one installed where the interpreter finds it (tools/wheel.sh's test of the wheel), whose plugin
+is then the one it bundles."""
 import os
 import pathlib
 import subprocess
@@ -8,11 +12,31 @@ import pytest
 
 PYTHON_ROOT = pathlib.Path(__file__).resolve().parents[1]  # integration/python
 REPO_ROOT = PYTHON_ROOT.parents[1]
-sys.path.insert(0, str(PYTHON_ROOT))
+INSTALLED_ENV = "SM70OPS_TEST_INSTALLED"
+
+
+def installed_package():
+    return os.environ.get(INSTALLED_ENV) == "1"
+
+
+if not installed_package():
+    sys.path.insert(0, str(PYTHON_ROOT))
+
+
+def package_env(*more_paths):
+    """The PYTHONPATH entry that lets a child interpreter import the package under test, and
+    `more_paths`: none is needed for an installed package."""
+    paths = ([] if installed_package() else [str(PYTHON_ROOT)]) + list(more_paths)
+    return {"PYTHONPATH": os.pathsep.join(paths)} if paths else {}
 
 
 def library_path():
-    """$SM70OPS_LIBRARY (tools/test.sh sets it), else the last Bazel build's plugin, else None."""
+    """$SM70OPS_LIBRARY (tools/test.sh sets it), else the installed package's bundled plugin or
+    the last Bazel build's, else None."""
+    if installed_package() and not os.environ.get("SM70OPS_LIBRARY"):
+        from sm70ops.plugin import bundled_library
+
+        return bundled_library()
     path = os.environ.get("SM70OPS_LIBRARY") or str(REPO_ROOT / "bazel-bin" / "libsm70ops.so")
     return path if os.path.isfile(path) else None
 
@@ -72,7 +96,7 @@ def run_module():
     """run(*args, env=None): `python -m sm70ops ARGS` in a subprocess -> (exit code, output)."""
 
     def run(*args, env=None):
-        full_env = dict(os.environ, PYTHONPATH=str(PYTHON_ROOT), **(env or {}))
+        full_env = dict(os.environ, **package_env(), **(env or {}))
         done = subprocess.run([sys.executable, "-m", "sm70ops", *args], env=full_env,
                               capture_output=True, text=True, timeout=300)
         return done.returncode, done.stdout + done.stderr

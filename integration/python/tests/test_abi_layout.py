@@ -58,7 +58,8 @@ def _python_value(constant):
     plain = {"ABI_MAJOR": _abi.ABI_MAJOR, "MESSAGE_BYTES": _abi.MESSAGE_BYTES,
              "STATUS_COUNT": _abi.STATUS_COUNT, "REASON_COUNT": _abi.REASON_COUNT,
              "QSA_INDEX_ARGS_SIZE_1_0": _abi.QSA_INDEX_ARGS_SIZE_1_0,
-             "QSA_ATTN_ARGS_SIZE_1_0": _abi.QSA_ATTN_ARGS_SIZE_1_0}
+             "QSA_ATTN_ARGS_SIZE_1_0": _abi.QSA_ATTN_ARGS_SIZE_1_0,
+             "QSA_ATTN_ARGS_SIZE_1_1": _abi.QSA_ATTN_ARGS_SIZE_1_1}
     if name in plain:
         return plain[name]
     for prefix, enum in (("ERR_", _abi.Status), ("OP_", _abi.Op), ("REASON_", _abi.Reason),

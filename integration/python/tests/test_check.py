@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import PYTHON_ROOT
+from conftest import package_env
 from sm70ops import __main__ as cli
 from sm70ops import _abi, model
 
@@ -130,7 +130,7 @@ def _reasons_in_subprocess(library, env):
                 print(case.op.name, ctx.check(case.op, model.case_call(case)[0]).reason)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60, env={"PYTHONPATH": str(PYTHON_ROOT), **env}, check=True)
+                          timeout=60, env={**package_env(), **env}, check=True)
     return [line.split() for line in done.stdout.splitlines()]
 
 
@@ -178,7 +178,7 @@ def test_info(library, run_module):
     code, output = run_module("info", "--library", library)
     assert code == 0
     assert re.search(r"^name: +sm70ops \d+\.\d+\.\d+$", output, re.M)
-    assert re.search(r"^ABI: +plugin 1\.\d+, host 1\.1, negotiated 1\.\d+$", output, re.M)
+    assert re.search(r"^ABI: +plugin 1\.\d+, host 1\.2, negotiated 1\.\d+$", output, re.M)
 
 
 @pytest.mark.parametrize("args, code", [(["frobnicate"], 64), (["check", "--tp", "3"], 64),

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from conftest import PYTHON_ROOT
+from conftest import package_env
 from sm70ops import bench_index, data, gates, generic
 
 
@@ -105,8 +105,7 @@ def run_interpreted(name):
     CPU (TRITON_INTERPRET is read when triton is first imported)."""
     pytest.importorskip("triton", reason="triton is not importable here")
     tests = os.path.dirname(__file__)
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(PYTHON_ROOT), tests]))
+    env = dict(os.environ, TRITON_INTERPRET="1", **package_env(tests))
     done = subprocess.run([sys.executable, "-c", f"import {__name__} as t; t.{name}()"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -2,17 +2,53 @@
 contexts, check and execute's error path. No GPU needed (contexts plan for compute capability
 70 and touch no CUDA)."""
 import os
+import pathlib
 
 import pytest
 
 import sm70ops
+from conftest import PYTHON_ROOT, installed_package
 from sm70ops import _abi, model
+from sm70ops import plugin as plugin_module
 from sm70ops.plugin import Plugin, Sm70opsError
 
 
-def test_loads_and_negotiates_1_1(plugin):
-    assert plugin.abi_major == 1 and plugin.abi_minor == 1
+def test_loads_and_negotiates_1_2(plugin):
+    assert plugin.abi_major == 1 and plugin.abi_minor == 2
     assert os.path.isfile(plugin.path) and plugin.path.endswith("libsm70ops.so")
+
+
+def test_the_package_under_test():
+    """The source tree's package, which bundles no plugin; or (SM70OPS_TEST_INSTALLED=1) the
+    installed wheel's, outside the source tree, with its two plugins."""
+    here = pathlib.Path(sm70ops.__file__).resolve().parent
+    bundled = [pathlib.Path(p).parent.name for p in plugin_module.bundled_libraries()]
+    if installed_package():
+        assert PYTHON_ROOT not in here.parents
+        assert bundled == ["v100", "validation"]
+    else:
+        assert here == PYTHON_ROOT / "sm70ops"
+        assert bundled == []
+
+
+@pytest.mark.parametrize("cc, build", [(70, 0), (75, 1), (90, 1), (80, 0), (0, 0)])
+def test_the_bundled_build_that_fits_a_device(cc, build):
+    """SASS for the device's capability decides; with none (no device, an A100), the V100 build,
+    whose check plans for a V100 and whose ops decline the device as ARCH."""
+    assert plugin_module.fitting_build(cc, ["sm_70", "sm_75,sm_90"]) == build
+
+
+def test_an_installed_package_loads_the_bundled_plugin_unless_told(monkeypatch):
+    if not installed_package():
+        pytest.skip("the source tree bundles no plugin (tools/wheel_test.sh runs this)")
+    v100, validation = plugin_module.bundled_libraries()
+    monkeypatch.delenv("SM70OPS_LIBRARY", raising=False)
+    with Plugin() as p:
+        assert p.path == plugin_module.bundled_library()
+        assert p.identity().sm_list == ("sm_70" if p.path == v100 else "sm_75,sm_90")
+    monkeypatch.setenv("SM70OPS_LIBRARY", validation)
+    with Plugin() as p:
+        assert p.path == validation and p.identity().sm_list == "sm_75,sm_90"
 
 
 def test_path_none_reads_the_environment(library, monkeypatch):
