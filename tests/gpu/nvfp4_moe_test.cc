@@ -526,12 +526,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Sized for the simulated V100 (tools/sim_tests.sh runs every Sim case): H and I odd multiples
 // of 16 (8-byte aligned checkpoint rows, last K steps of 16 and 48 k, last N tiles of 112 and 16
-// W2 rows and 32 of 80 W13 columns), idle experts, duplicate and invalid ids, strided views.
+// W2 rows and 32 of 80 W13 columns), idle experts, duplicate and invalid ids, strided views;
+// experts of 1 .. 481 rows (one to four M tiles, partial fragments); a down GEMM whose blocks walk
+// four N tiles of three K steps (the model's TP4 down) and two, the second partial.
 INSTANTIATE_TEST_SUITE_P(
     Sim, SM70_Nvfp4Moe,
     ::testing::Values(Case{"h272_i80_skewed_strided", 11, 16, 4, 272, 80, Routing::kSkewed, 8, 1},
                       Case{"i160_duplicates", 13, 8, 2, 256, 160, Routing::kDuplicates},
-                      Case{"i112_invalid_ids", 9, 12, 4, 256, 112, Routing::kInvalid, 0, 2}),
+                      Case{"i112_invalid_ids", 9, 12, 4, 256, 112, Routing::kInvalid, 0, 2},
+                      Case{"tile_edges_h80_i48", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 80, 48,
+                           Routing::kTileEdges},
+                      Case{"down_walk_h640_i160", 40, 8, 4, 640, 160, Routing::kSkewed}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 // ---- The simulated V100's bench (tools/sim_bench.sh runs the SimBench cases in timing mode):
