@@ -186,11 +186,19 @@ struct Step {
   int nt, kt;
 };
 
-// The step `ahead` steps after `at` (no division: a walk's K steps number at least one).
+// The step `ahead` steps after `at` (no division: a walk's K steps number at least one). Gate/up
+// walks one N tile: its steps past the last K step stay in it (and load nothing).
+template <Gemm kKind>
 __device__ __forceinline__ Step next_step(const Operand &b, Step at, int ahead) {
   at.kt += ahead;
-  while (at.kt >= b.k_tiles) at.kt -= b.k_tiles, ++at.nt;
+  while (kKind == Gemm::kDown && at.kt >= b.k_tiles) at.kt -= b.k_tiles, ++at.nt;
   return at;
+}
+
+// Whether step `at` is one of the walk's.
+template <Gemm kKind>
+__device__ __forceinline__ bool in_walk(const Operand &b, const GemmSmem &s, Step at) {
+  return kKind == Gemm::kGateUp ? at.kt < b.k_tiles : at.nt < s.end_nt;
 }
 
 // ---- Loads
@@ -219,7 +227,7 @@ __device__ const uint8_t *first_quarter(const Operand &b, const GemmSmem &s) {
 template <Gemm kKind>
 __device__ void load_step(const Operand &b, const GemmSmem &s, const uint8_t *first, Step at,
                           Staged &st) {
-  const bool live = at.nt < s.end_nt;
+  const bool live = in_walk<kKind>(b, s, at);
   const bool a_in_k = live && at.kt * kTileK + a_col() < b.k;
 #pragma unroll
   for (int p = 0; p < kAPieces; ++p) {
@@ -284,7 +292,7 @@ __device__ __forceinline__ void run_step(const Operand &b, const uint8_t *first,
     }
     if (ks == 0) {
       store_step(staged, buf ^ 1, s);
-      load_step<kKind>(b, s, first, next_step(b, at, 2), staged);
+      load_step<kKind>(b, s, first, next_step<kKind>(b, at, 2), staged);
     }
   }
 }
@@ -411,31 +419,34 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
   Staged staged;
   load_step<kKind>(b, s, first, start, staged);
   store_step(staged, 0, s);
-  load_step<kKind>(b, s, first, next_step(b, start, 1), staged);
+  load_step<kKind>(b, s, first, next_step<kKind>(b, start, 1), staged);
   __syncthreads();
   const bool whole = held_frags_m(tile.z) == kWarpFragsM;
   WarpAcc acc;
-  for (Step at = start; at.nt < s.end_nt; at = next_step(b, at, 1)) {
-    const int buf = (at.kt + (at.nt - s.first_nt) * b.k_tiles) & 1;  // the steps before, mod 2
+  bool has_weights = false;  // this warp's column of the current N tile holds weights
+  for (Step at = start; in_walk<kKind>(b, s, at); at = next_step<kKind>(b, at, 1)) {
+    // The steps before this one, mod 2 (gate/up walks one N tile).
+    const int buf =
+        (at.kt + (kKind == Gemm::kDown ? (at.nt - s.first_nt) * b.k_tiles : 0)) & 1;
     if (at.kt == 0) {
 #pragma unroll
       for (int fm = 0; fm < kWarpFragsM; ++fm) wmma::fill_fragment(acc[fm], 0.0f);
+      has_weights = warp_has_weights<kKind>(b, at.nt);
     }
-    const bool has_weights = warp_has_weights<kKind>(b, at.nt);
     if (whole && held_substeps(b, at.kt) == kAllSubsteps) {  // no checks: one block to schedule
       run_step<kKind, false>(b, first, staged, s, at, buf, acc, has_weights);
     } else {
       run_step<kKind, true>(b, first, staged, s, at, buf, acc, has_weights);
     }
     __syncthreads();  // this buffer is rewritten two steps on, or stages the epilogue
-    if (at.kt + 1 < b.k_tiles) continue;
-    // Epilogue of N tile at.nt
-    if (kKind == Gemm::kGateUp) {
-      store_activation(p, w, b, s, acc, at.nt, has_weights);
-    } else {
+    if (kKind == Gemm::kDown && at.kt + 1 == b.k_tiles) {  // the epilogue of N tile at.nt
       if (has_weights) store_partials(p, w, s, acc, at.nt, buf);
       __syncthreads();  // the next step stages into this buffer
     }
+  }
+  // Gate/up's epilogue, after its one N tile.
+  if (kKind == Gemm::kGateUp) {
+    store_activation(p, w, b, s, acc, s.first_nt, has_weights);
   }
 }
 
