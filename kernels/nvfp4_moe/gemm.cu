@@ -426,8 +426,7 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
   bool has_weights = false;  // this warp's column of the current N tile holds weights
   for (Step at = start; in_walk<kKind>(b, s, at); at = next_step<kKind>(b, at, 1)) {
     // The steps before this one, mod 2 (gate/up walks one N tile).
-    const int buf =
-        (at.kt + (kKind == Gemm::kDown ? (at.nt - s.first_nt) * b.k_tiles : 0)) & 1;
+    const int buf = (at.kt + (kKind == Gemm::kDown ? (at.nt - s.first_nt) * b.k_tiles : 0)) & 1;
     if (at.kt == 0) {
 #pragma unroll
       for (int fm = 0; fm < kWarpFragsM; ++fm) wmma::fill_fragment(acc[fm], 0.0f);
