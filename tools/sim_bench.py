@@ -54,13 +54,21 @@ class Case:
     def sms(self):
         return V100_SMS // self.slice
 
+    @property
+    def is_peer(self):
+        """A library peer: its kernels are its own binary's, not the plugin's."""
+        return self.binary == PEER_BINARY
+
 
 def gtest(binary, case):
     return f"tests/gpu/{binary}", (f"--gtest_filter=SimBench/*/{case}",)
 
 
+PEER_BINARY = "tests/sim_bench/cutlass_peers"
+
+
 def peer(*args):
-    return "tests/sim_bench/cutlass_peers", tuple(str(a) for a in args)
+    return PEER_BINARY, tuple(str(a) for a in args)
 
 
 # Every case: the model's shapes (ops.md v2, Qwen3.8-Flash-Next's TP4 rank), sized to fill the SMs
@@ -240,6 +248,12 @@ def _demangle(symbol):
         name = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip()
     except OSError:
         return symbol
+    if name.startswith("_Z"):  # c++filt gives up on some of CUTLASS's: its kernel and tile
+        kernel = re.search(r"kernel\d+(Gemm\w*?)I", symbol)
+        tile = re.search(r"GemmShapeILi(\d+)ELi(\d+)ELi(\d+)E", symbol)
+        if kernel and tile:
+            return f"{kernel.group(1)}<{'x'.join(tile.groups())}>"
+        return symbol[:57] + "..." if len(symbol) > 60 else symbol
     name = re.sub(r"\(anonymous namespace\)::|sm70ops::\w+::|cutlass::|^void ", "", name)
     depth = 0
     for i in range(len(name) - 1, -1, -1):  # the parameter list: the last top-level (...)
@@ -255,9 +269,10 @@ def _demangle(symbol):
 def run_case(case, bin_dir, log_dir, progress):
     """One case under run.sh in timing mode; its log at log_dir/OP-NAME.log."""
     log = os.path.join(log_dir, f"{case.op}-{case.name}.log")
-    env = dict(os.environ, V100SIM_MODE="timing", V100SIM_SLICE=str(case.slice),
-               SM70OPS_LIBRARY=os.path.join(bin_dir, "libsm70ops.so"),
-               PYTORCH_BIN=os.path.join(bin_dir, "libsm70ops.so"))
+    env = dict(os.environ, V100SIM_MODE="timing", V100SIM_SLICE=str(case.slice))
+    if not case.is_peer:  # the simulator takes the PTX of one file: the plugin the test dlopens
+        plugin = os.path.join(bin_dir, "libsm70ops.so")
+        env.update(SM70OPS_LIBRARY=plugin, PYTORCH_BIN=plugin)
     if case.slice == 4:  # IPOLY, as the whole V100: 8 channels x 2 L2 banks is one of its sizes
         env["V100SIM_OPTS"] = (env.get("V100SIM_OPTS", "") + "\n-gpgpu_memory_partition_indexing 2")
     start = time.time()
@@ -265,10 +280,27 @@ def run_case(case, bin_dir, log_dir, progress):
     with open(log, "w") as out:
         code = subprocess.call([os.path.join(SIM, "run.sh"), os.path.join(bin_dir, case.binary),
                                 *case.args], stdout=out, stderr=subprocess.STDOUT, env=env)
-    with open(log, errors="replace") as f:
-        result = parse_log(case, f.read())
-    result.exit_code, result.seconds = code, time.time() - start
+        out.write(f"\nsim_bench_run: exit={code} seconds={time.time() - start:.0f}\n")
+    result = read_case(case, log)
     progress.finished(case, result)
+    return result
+
+
+def read_case(case, log):
+    """The Result of the case whose log is `log`, with the exit code and wall time run_case wrote."""
+    try:
+        with open(log, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        result = Result(case)
+        result.error = f"no log {log} (run the case first)"
+        return result
+    result = parse_log(case, text)
+    run = re.search(r"^sim_bench_run: exit=(-?\d+) seconds=(\d+)$", text, re.M)
+    if run:
+        result.exit_code, result.seconds = int(run.group(1)), float(run.group(2))
+    elif not result.error:
+        result.error = "the run did not finish"
     return result
 
 
@@ -368,8 +400,8 @@ def roofline(results, path):
             continue
         intensity = r.flops / r.bytes
         rate = r.flops / (r.cycles / CLOCK_HZ) * V100_SMS / r.case.sms / 1e12
-        peer = r.case.op.startswith("cutlass")
-        ax.plot(intensity, rate, "s" if peer else "o", ms=7, mfc="none" if peer else None)
+        ax.plot(intensity, rate, "s" if r.case.is_peer else "o", ms=7,
+                mfc="none" if r.case.is_peer else None)
         ax.annotate(f"{r.case.key} ({r.floor_share:.0%})", (intensity, rate), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
@@ -383,6 +415,21 @@ def roofline(results, path):
     fig.savefig(path, dpi=110)
 
 
+def select(parser, cases, args):
+    """The cases the ops and --cases name (all without either); an op's peers come with it."""
+    unknown = set(args.ops) - {c.op for c in cases}
+    named = {key for key in args.cases.split(",") if key}
+    unknown |= named - {c.key for c in cases}
+    if unknown:
+        parser.error(f"unknown op or case {', '.join(sorted(unknown))}")
+    if not args.ops and not named:
+        return cases
+    wanted = {c.key for c in cases if c.op in args.ops} | named
+    if args.ops:
+        wanted |= {c.peer for c in cases if c.key in wanted and c.peer}
+    return [c for c in cases if c.key in wanted]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("ops", nargs="*", help="ops to run (default: all): " +
@@ -394,20 +441,20 @@ def main():
     parser.add_argument("--scaling-check", action="store_true",
                         help="the slice against the whole V100 instead of the bench")
     parser.add_argument("--every", type=float, default=60, help="seconds between progress lines")
+    parser.add_argument("--cases", default="",
+                        help="only these cases, comma-separated OP/NAME (e.g. qsa_attn/p64_128k)")
+    parser.add_argument("--report", action="store_true",
+                        help="simulate nothing: report the cases from the logs earlier runs left")
     args = parser.parse_args()
-    cases = SCALING if args.scaling_check else CASES
-    unknown = set(args.ops) - {c.op for c in cases}
-    if unknown:
-        parser.error(f"unknown op {', '.join(sorted(unknown))}")
-    if args.ops:  # an op's peers come with it
-        wanted = {c.key for c in cases if c.op in args.ops}
-        wanted |= {c.peer for c in cases if c.key in wanted and c.peer}
-        cases = [c for c in cases if c.key in wanted]
-    os.makedirs(args.logs, exist_ok=True)
-    progress = Progress(len(cases), args.every)
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda c: run_case(c, args.bin, args.logs, progress), cases))
-    progress.stop.set()
+    cases = select(parser, SCALING if args.scaling_check else CASES, args)
+    if args.report:
+        results = [read_case(c, os.path.join(args.logs, f"{c.op}-{c.name}.log")) for c in cases]
+    else:
+        os.makedirs(args.logs, exist_ok=True)
+        progress = Progress(len(cases), args.every)
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda c: run_case(c, args.bin, args.logs, progress), cases))
+        progress.stop.set()
     print()
     print(table(results))
     print()
