@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The V100 model's bench: every op at the model's shapes on the simulated V100 in timing mode,
 # beside CUTLASS on the same model (tools/sim_bench.py says what each column means).
-#   bash tools/sim_bench.sh [OP...] [--scaling-check] [--jobs N]
+#   bash tools/sim_bench.sh [OP...] [--cases OP/NAME,...] [--report] [--scaling-check] [--jobs N]
 # OP: nvfp4_moe, qsa_attn, qsa_index, cutlass_gemm, cutlass_grouped (default: all; an op brings
 # its peers). Sets up the simulator (../shared/tools/v100sim) and CUTLASS's headers, builds the
-# --config=sim plugin, GPU tests and peers, then runs the cases two at a time (about an hour for
-# all on two cores) with a progress line a minute. Prints the table, a `sim_bench: OP CASE
-# floor_share=F v100_ms=M` line a case, draws docs/sim_bench_roofline.png and ends with
-# "N passed, N failed". Logs under /tmp/sm70ops-sim-bench/.
+# --config=sim plugin, GPU tests and peers, then runs the cases two at a time with a progress line
+# a minute: about two hours for all on two cores (each attention case about 27 minutes, the
+# 128K index cases 30-40); --cases runs some, --report reads the logs they left. Prints the
+# table, a `sim_bench: OP CASE floor_share=F v100_ms=M` line a case, draws
+# docs/sim_bench_roofline.png and ends with "N passed, N failed". Logs under
+# /tmp/sm70ops-sim-bench/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 sim=../shared/tools/v100sim
