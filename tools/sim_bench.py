@@ -15,6 +15,8 @@ moved and the L2 hit rate, and derives:
   v100_ms      the whole op on a whole V100: the case's time x (the whole op's work / the case's)
                x (SMs simulated / 80), i.e. the case's time per unit of work per SM held for the
                whole op; its scaling is the case's `whole`
+  peer time    the library peer's v100_ms over the case's (the same whole op; above 1: the
+               plugin is faster)
 
 A case passes when it ran to the end, exited 0 and its check passed. The run ends with
 "N passed, N failed".
@@ -348,7 +350,7 @@ def table(results):
     """The bench's table: a row a case, then its kernels."""
     by_key = {r.case.key: r for r in results}
     head = ("case", "SMs", "time us", "GFLOP", "MB comp.", "floor us", "share", "DRAM MB",
-            "L2 hit", "V100 ms", "peer share", "wall")
+            "L2 hit", "V100 ms", "peer share", "peer time", "wall")
     rows = [head]
     for r in results:
         p = by_key.get(r.case.peer)
@@ -357,16 +359,24 @@ def table(results):
                      f"{r.floor_cycles / CLOCK_HZ * 1e6:.1f}", f"{r.floor_share:.0%}",
                      f"{r.dram_bytes / 1e6:.4g}", f"{r.l2_hit_rate:.0%}",
                      f"{r.v100_ms:.3g}" if r.scale else "-",
-                     f"{p.floor_share:.0%}" if p and p.passed else "-", _duration(r.seconds)))
+                     f"{p.floor_share:.0%}" if p and p.passed else "-", _peer_time(r, p),
+                     _duration(r.seconds)))
         for launch in r.launches:
             rows.append(("  " + launch.kernel, "", f"{launch.cycles / CLOCK_HZ * 1e6:.1f}", "", "",
                          "", "", f"{launch.dram_bytes / 1e6:.4g}",
                          f"{1 - launch.l2_misses / launch.l2_accesses:.0%}"
-                         if launch.l2_accesses else "-", "", "", ""))
+                         if launch.l2_accesses else "-", "", "", "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
                      for row in rows)
+
+
+def _peer_time(r, p):
+    """The peer's V100 time over the case's (the same whole op): above 1, the peer is slower."""
+    if not (p and p.passed and r.passed and r.v100_ms):
+        return "-"
+    return f"{p.v100_ms / r.v100_ms:.2f}x"
 
 
 def lines(results):
