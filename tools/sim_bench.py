@@ -480,7 +480,7 @@ def main():
             longest = max(r.launches, key=lambda launch: launch.cycles)
             print(f"  longest kernel {longest.kernel} ({longest.cycles / r.cycles:.0%} of the "
                   f"case): {longest.bound(r.case.sms)}")
-    if args.scaling_check and all(r.passed for r in results):
+    if args.scaling_check and len(results) == 2 and all(r.passed for r in results):
         part, whole = results
         print(f"sim_bench: scaling check: the whole op projected from {part.case.sms} SMs "
               f"{part.v100_ms:.3f} ms, from {whole.case.sms} SMs {whole.v100_ms:.3f} ms "
