@@ -449,7 +449,8 @@ def main():
     parser.add_argument("--bin", required=True, help="bazel-bin of the --config=sim build")
     parser.add_argument("--logs", default="/tmp/sm70ops-sim-bench")
     parser.add_argument("--jobs", type=int, default=2, help="simulators at once (one core each)")
-    parser.add_argument("--plot", default="docs/sim_bench_roofline.png")
+    parser.add_argument("--plot", help="the roofline's file (default: docs/sim_bench_roofline.png "
+                        "for every case, else roofline.png beside the logs)")
     parser.add_argument("--scaling-check", action="store_true",
                         help="the slice against the whole V100 instead of the bench")
     parser.add_argument("--every", type=float, default=60, help="seconds between progress lines")
@@ -489,8 +490,11 @@ def main():
         print(line)
     if not args.scaling_check and any(r.passed for r in results):
         try:
-            roofline(results, args.plot)
-            print(f"sim_bench: roofline in {args.plot}")
+            # Only the whole bench redraws the docs' picture; a part of it draws beside its logs.
+            plot = args.plot or ("docs/sim_bench_roofline.png" if len(cases) == len(CASES)
+                                 else os.path.join(args.logs, "roofline.png"))
+            roofline(results, plot)
+            print(f"sim_bench: roofline in {plot}")
         except ImportError:
             print("sim_bench: no matplotlib: no roofline drawn")
     passed = sum(r.passed for r in results)
