@@ -26,17 +26,31 @@ static void log_setting(void *user, sm70ops_log_level level, const char *text) {
   sm70_log((const sm70ops_context *)user, level, "sm70ops: %s", text);
 }
 
-/* The plugin runs only where the build carries SASS: its kernels are tuned and audited as that
- * SASS (the V100 build's compute_70 PTX is for the simulator, not for a JIT on other GPUs). Writes
- * why into `note`, or "" when the build has code for `cc`. */
-static void note_missing_code(int32_t cc, char *note, size_t bytes) {
-  note[0] = '\0';
+static int32_t build_has_sass(int32_t cc) {
   for (int i = 0; i < sm70_build_arch_count; ++i) {
-    if (sm70_build_archs[i] == cc) return;
+    if (sm70_build_archs[i] == cc) return 1;
   }
+  return 0;
+}
+
+/* Whether this build's PTX can be compiled for `cc` by the driver (PTX runs on its own
+ * architecture and every later one). */
+static int32_t build_ptx_fits(int32_t cc) {
+  return sm70_build_ptx_arch != 0 && sm70_build_ptx_arch <= cc;
+}
+
+/* The plugin runs where the build carries SASS: its kernels are tuned and audited as that SASS.
+ * The one exception is validation of the V100 build on a newer GPU: with SM70OPS_ALLOW_PTX the
+ * driver JIT-compiles its compute_70 PTX there. Writes why the build cannot run on `cc` into
+ * `note`, or "" when it can. */
+static void note_missing_code(int32_t cc, const sm70_settings *s, char *note, size_t bytes) {
+  note[0] = '\0';
+  if (build_has_sass(cc) || (s->allow_ptx && build_ptx_fits(cc))) return;
   snprintf(note, bytes, "this build carries code for %s only, none for compute capability %d.%d%s",
            sm70_build_sm_list, cc / 10, cc % 10,
-           cc == 70 ? ": a V100 needs the sm70 build (--config=sm70)" : "");
+           cc == 70             ? ": a V100 needs the sm70 build (--config=sm70)"
+           : build_ptx_fits(cc) ? " (SM70OPS_ALLOW_PTX=1 JIT-compiles its PTX, for validation)"
+                                : "");
 }
 
 /* Asks the CUDA runtime for the device's compute capability and shared-memory limit. A machine
@@ -62,7 +76,8 @@ static sm70ops_status query_device(sm70ops_context *ctx) {
       sm70_cuda_smem_per_block(ctx->device_ordinal, &ctx->smem_per_block, &err) != 0) {
     return sm70_fail(SM70OPS_ERR_CUDA, "%s", err.message);
   }
-  note_missing_code(ctx->compute_capability, ctx->no_code_note, sizeof(ctx->no_code_note));
+  note_missing_code(ctx->compute_capability, &ctx->settings, ctx->no_code_note,
+                    sizeof(ctx->no_code_note));
   return sm70_ok();
 }
 
@@ -95,7 +110,14 @@ static void log_device(const sm70ops_context *ctx) {
            ctx->capability_from_host ? " (given by the host)" : "", ctx->smem_per_block / 1024,
            allowed ? "" : ": not SM70, every op will decline");
   char no_code[sizeof(ctx->no_code_note)]; /* the context holds it for a real device only */
-  note_missing_code(cc, no_code, sizeof(no_code));
+  note_missing_code(cc, &ctx->settings, no_code, sizeof(no_code));
+  if (allowed && no_code[0] == '\0' && !build_has_sass(cc)) {
+    sm70_log(ctx, SM70OPS_LOG_WARN,
+             "sm70ops: no SASS for compute capability %d.%d in this build (%s): its "
+             "compute_%d PTX runs through the driver's JIT (SM70OPS_ALLOW_PTX), for validation "
+             "only; each kernel compiles at its first launch",
+             cc / 10, cc % 10, sm70_build_sm_list, sm70_build_ptx_arch);
+  }
   if (!allowed || no_code[0] == '\0') return;
   sm70_log(ctx, SM70OPS_LOG_WARN, "sm70ops: %s%s", no_code,
            ctx->capability_from_host

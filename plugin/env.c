@@ -41,6 +41,9 @@ static const bool_switch kSwitches[] = {
     {"SM70OPS_CHECKED", offsetof(sm70_settings, checked), 0, kBoolOn,
      "checked mode on: kernels validate page ids, selections, lengths, query_start_loc and "
      "expert ids"},
+    {"SM70OPS_ALLOW_PTX", offsetof(sm70_settings, allow_ptx), 0, kBoolOn,
+     "an allowed GPU this build has no SASS for runs its PTX through the driver's JIT "
+     "(validation only)"},
 };
 
 static const char kAllowArch[] = "SM70OPS_ALLOW_ARCH";

@@ -15,6 +15,7 @@ typedef struct sm70_settings {
   int32_t plugin_disabled; /* SM70OPS_DISABLE, or any malformed variable */
   uint32_t disabled_ops;   /* bit `op`: a per-op switch turned op id `op` off */
   int32_t checked;         /* SM70OPS_CHECKED: kernels validate device-side indices */
+  int32_t allow_ptx;       /* SM70OPS_ALLOW_PTX: JIT the build's PTX on an allowed GPU */
   int32_t allowed_arch_count;
   int32_t allowed_archs[SM70_MAX_ALLOWED_ARCHS]; /* extra compute capabilities, besides 70 */
   /* Why the plugin is off, naming the variable: "SM70OPS_DISABLE=1" or the malformed value. */

@@ -28,7 +28,7 @@ _SM70 = dict(
         "-isystem/usr/include",
     ],
     # compute_70 PTX beside the SASS: what the simulated V100 executes, and what a driver could
-    # JIT for a newer GPU (the plugin still runs only where it carries SASS: context.c).
+    # JIT for a newer GPU (which context.c allows only under SM70OPS_ALLOW_PTX, for validation).
     ptx = True,
     lineinfo = True,
 )

@@ -47,10 +47,14 @@ const EnvCase kEnvCases[] = {
     {"allow_arch_9_0", "SM70OPS_ALLOW_ARCH", "9.0", 90, kNoEffect, false},
     {"allow_arch_list", "SM70OPS_ALLOW_ARCH", "80,90", 90, kNoEffect, false},
     {"allow_arch_other", "SM70OPS_ALLOW_ARCH", "80", 90, kArchDeclined, false},
+    // Without ALLOW_ARCH the PTX opt-in lets nothing in; with it, see PtxOptInOnAnAllowedArch.
+    {"allow_ptx_1", "SM70OPS_ALLOW_PTX", "1", 70, kNoEffect, false},
+    {"allow_ptx_on_90", "SM70OPS_ALLOW_PTX", "yes", 90, kArchDeclined, false},
     {"malformed_disable", "SM70OPS_DISABLE", "maybe", 70, kPluginOff, true},
     {"malformed_disable_op", "SM70OPS_DISABLE_QSA_ATTN", "2", 70, kPluginOff, true},
     {"malformed_indexer_cublas", "VLLM_SM70_QSA_INDEXER_CUBLAS", "maybe", 70, kPluginOff, true},
     {"malformed_allow_arch", "SM70OPS_ALLOW_ARCH", "sm_9x", 70, kPluginOff, true},
+    {"malformed_allow_ptx", "SM70OPS_ALLOW_PTX", "jit", 70, kPluginOff, true},
     // A malformed allow-list must not allow anything: still off on the GPU it failed to name.
     {"malformed_allow_arch_on_90", "SM70OPS_ALLOW_ARCH", "90,sm_9x", 90, kPluginOff, true},
     // Near misses a lenient number parser would read as 90 (found by tests/fuzz/env_fuzzer).
@@ -161,6 +165,29 @@ TEST_F(Abi_EnvRead, AllowedArchWithoutTheSharedMemoryDeclines) {
         EXPECT_EQ(Describe(d), Describe(clean));
       }
     }
+  }
+}
+
+// SM70OPS_ALLOW_PTX on an allowed GPU the build has no SASS for: the V100 build (sm_70 SASS,
+// compute_70 PTX) says at context creation that the driver will JIT its PTX there; the
+// validation build carries sm_90 SASS, so it has nothing to say. A context given its capability
+// plans alike either way (the code check is a real device's: tests/gpu run it).
+TEST_F(Abi_EnvRead, PtxOptInOnAnAllowedArch) {
+  sm70ops_identity id = {};
+  id.struct_size = sizeof(id);
+  ASSERT_EQ(api().get_identity(&id), SM70OPS_OK);
+  const bool v100_build = std::string(id.sm_list) == "sm_70";
+  ScopedEnv arch("SM70OPS_ALLOW_ARCH", "90");
+  ScopedEnv ptx("SM70OPS_ALLOW_PTX", "1");
+  LogCapture log;
+  ContextPtr ctx = MakeContext(api(), 90, &log);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_EQ(log.Has("compute_70 PTX runs through the driver's JIT", SM70OPS_LOG_WARN), v100_build)
+      << id.sm_list << "\n"
+      << log.Dump();
+  EXPECT_FALSE(log.Has("carries code for", SM70OPS_LOG_WARN)) << log.Dump();
+  for (sm70ops_op op : kOps) {
+    EXPECT_NE(CheckCase(api(), ctx.get(), *MakeCase(op)).reason, SM70OPS_REASON_ARCH);
   }
 }
 

@@ -8,9 +8,10 @@
 
 namespace sm70ops_test {
 
-const char* const kRollbackVariables[6] = {
+const char* const kRollbackVariables[7] = {
     "SM70OPS_DISABLE",           "SM70OPS_DISABLE_QSA_INDEX", "SM70OPS_DISABLE_QSA_ATTN",
     "SM70OPS_DISABLE_NVFP4_MOE", "SM70OPS_ALLOW_ARCH",        "VLLM_SM70_QSA_INDEXER_CUBLAS",
+    "SM70OPS_ALLOW_PTX",
 };
 
 std::string PluginPath() {

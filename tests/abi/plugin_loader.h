@@ -80,7 +80,7 @@ class ScopedEnv {
 };
 
 // Every variable the plugin reads. Tests start with all of them unset (see the suite's main).
-extern const char* const kRollbackVariables[6];
+extern const char* const kRollbackVariables[7];
 
 // Fixture: the shared plugin and an SM70 context created from a clean environment.
 class AbiTest : public ::testing::Test {

@@ -77,7 +77,7 @@ void fz_require_no_gpu(const char *target) {
 const char *const fz_env_names[FZ_ENV_VARS] = {
     "SM70OPS_DISABLE",           "SM70OPS_DISABLE_QSA_INDEX",    "SM70OPS_DISABLE_QSA_ATTN",
     "SM70OPS_DISABLE_NVFP4_MOE", "VLLM_SM70_QSA_INDEXER_CUBLAS", "SM70OPS_CHECKED",
-    "SM70OPS_ALLOW_ARCH",
+    "SM70OPS_ALLOW_PTX",         "SM70OPS_ALLOW_ARCH",
 };
 
 extern char **environ;

@@ -36,7 +36,7 @@ void fz_require_no_gpu(const char *target);
 
 /* The variables of README "Environment" the plugin reads at context_create: the boolean switches,
  * then SM70OPS_ALLOW_ARCH (last). */
-enum { FZ_ENV_VARS = 7, FZ_ENV_ALLOW_ARCH = FZ_ENV_VARS - 1 };
+enum { FZ_ENV_VARS = 8, FZ_ENV_ALLOW_ARCH = FZ_ENV_VARS - 1 };
 extern const char *const fz_env_names[FZ_ENV_VARS];
 /* Unsets every SM70OPS_* and VLLM_SM70_* variable, listed above or not. */
 void fz_clear_env(void);

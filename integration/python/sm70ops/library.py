@@ -2,11 +2,13 @@
 two forms the engines' drop-ins (sm70ops.engines) call: qsa_index_token_set (op 1's token set,
 as vLLM's and SGLang's indexers hand it on) and qsa_attn_token_ids (op 2 over such token ids).
 
-Importing this module (torch needed) registers them; a host then gives each CUDA device it
-serves its plugin context, once:
+Importing this module (torch needed) registers them. The first call on a CUDA device creates the
+plugin's context for that device (once, thread-safe: Plugin() finds the library as its docstring
+says) and every later call there uses it; a host that wants another context, or none, says so:
 
     from sm70ops import Plugin, library
-    library.register_context(Plugin().context(device=0))
+    library.register_context(Plugin().context(device=0, log=my_log))  # this one on device 0
+    library.unregister_context(1)    # device 1: the generic path, no plugin
     blocks, mask, count = torch.ops.sm70ops.qsa_index(q, None, k_index, qsl, seq_lens, table,
                                                       2048, L, T, 4)   # topk, max L, max rows, c
     o = torch.ops.sm70ops.qsa_attn(q, k_cache, v_cache, qsl, seq_lens, table, blocks, mask,
@@ -15,51 +17,42 @@ serves its plugin context, once:
     y = torch.ops.sm70ops.nvfp4_moe(x, topk_ids, topk_weights, *experts, prepared)
     library.paths  # Counter {(op, "plugin" or "generic: REASON"): calls}
 
-Each call takes the context registered for its tensors' CUDA device (or the one `using` sets on
-this thread, which is asked even for CPU tensors: it declines them), asks the plugin's capability
-check (host-only, microseconds) and runs the plugin on the device's current stream, or generic.py's
-torch path when there is no context or the check declines. `paths` counts which ran and why. The
-ops are functional: they allocate and return their outputs and mutate nothing. Shapes and dtypes
-as in ops.py and shared/spec/ops.md; qsa_index returns the expansion only (no topk_idx).
+Each call takes the context of its tensors' CUDA device (or the one `using` sets on this thread,
+which is asked even for CPU tensors: it declines them), asks the plugin's capability check
+(host-only, microseconds) and runs the plugin on the device's current stream, or generic.py's
+torch path when there is no context or the check declines. `paths` counts which ran and why.
+The ops are functional: they allocate and return their outputs and mutate nothing. Shapes and
+dtypes as in ops.py and shared/spec/ops.md; qsa_index returns the expansion only (no topk_idx).
+
+Logging (routing.py), on the logger "sm70ops" (logging.getLogger("sm70ops").setLevel(
+logging.ERROR) silences it): what the plugin says when it creates a context (the environment it
+applied, the device), and a WARNING the first time each op falls back for each reason, with the
+plugin's sentence:
+
+    sm70ops: qsa_attn falls back to the generic path (ARCH): compute capability 9.0 is not
+    SM70 (set SM70OPS_ALLOW_ARCH=90 to validate on it); logged once for this op and reason
 
 Workspace: each plugin call allocates the check's workspace_bytes (none when it asks 0) on its
 device right before execute, on that device's current stream: the caching allocator hands back a
 cached block, its stream-ordered reuse makes that safe, and inside a CUDA-graph capture (also
 torch.compile(mode="reduce-overhead")) the block comes from the graph's pool and lives with it.
 Only the plugin path can be captured: the generic one reads the varlen metadata on the host.
-`using` holds per thread; the registered contexts and `paths` are shared and unlocked: register
-contexts before calls start, and read `paths` only as an estimate while calls run on other threads
-(Counter updates are not atomic).
+`using` holds per thread; the contexts are shared (created under a lock); `paths` is shared and
+unlocked: read it only as an estimate while calls run on other threads (Counter updates are not
+atomic).
 """
-import collections
 import contextlib
 import threading
 from typing import Optional
 
 import torch
 
-from . import generic, ops
+from . import generic, ops, routing
 from .dlpack import uint64_dtype
+from .routing import (NO_CONTEXT, NO_PLUGIN, PLUGIN, paths, register_context,  # noqa: F401
+                      reset_context, unregister_context)
 
-PLUGIN = "plugin"
-NO_CONTEXT = "generic: no plugin context"
-
-paths = collections.Counter()  # (op, PLUGIN or "generic: REASON") -> calls, every call here
-_contexts = {}  # CUDA device index -> the plugin Context its calls use
 _local = threading.local()  # .scope: (context, counter) while `using` holds
-
-
-def register_context(ctx):
-    """Makes `ctx` the context of every call on CUDA device ctx.device; returns the context it
-    replaces, or None."""
-    previous = _contexts.get(ctx.device)
-    _contexts[ctx.device] = ctx
-    return previous
-
-
-def unregister_context(device):
-    """Sends CUDA device `device`'s calls to the generic path; returns its context, or None."""
-    return _contexts.pop(device, None)
 
 
 @contextlib.contextmanager
@@ -75,29 +68,29 @@ def using(ctx, counter=None):
 
 
 def _route(device):
-    """(context or None, extra counter or None) of a call on torch device `device`."""
+    """(context or None, extra counter or None, the path and the sentence a call counts and
+    logs without a context) of a call on torch device `device`."""
     scope = getattr(_local, "scope", None)
     if scope is not None:
-        return scope
-    return (_contexts.get(device.index) if device.type == "cuda" else None), None
-
-
-def _count(op, path, counter):
-    paths[op, path] += 1
-    if counter is not None:
-        counter[op, path] += 1
+        return (*scope, NO_CONTEXT, "the caller's scope has no context")
+    if device.type != "cuda":
+        return None, None, NO_CONTEXT, f"tensors on {device.type}, not on a CUDA device"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ctx, path = routing.device_context(index)
+    return ctx, None, path, f"no plugin context for CUDA device {index}"
 
 
 def _accepted(op, device, args):
     """(context, decision, counter) when the plugin takes `args` (an ops.py builder's result) of
-    a call on `device`; None, with the reason counted, when the generic path must run."""
-    ctx, counter = _route(device)
+    a call on `device`; None, with the reason counted (and logged the first time), when the
+    generic path must run."""
+    ctx, counter, no_context, why = _route(device)
     if ctx is None:
-        _count(op, NO_CONTEXT, counter)
+        routing.fall_back(op, no_context, why, counter)
         return None
     decision = ctx.check(op, args)
     if not decision.accepted:
-        _count(op, f"generic: {decision.reason}", counter)
+        routing.fall_back(op, f"generic: {decision.reason}", decision.message, counter)
         return None
     return ctx, decision, counter
 
@@ -110,7 +103,7 @@ def _execute(op, args, accepted):
     cuda = torch.device("cuda", ctx.device)
     workspace = torch.empty(size, dtype=torch.uint8, device=cuda) if size else None
     ctx.execute(op, args, torch.cuda.current_stream(cuda), workspace, size)
-    _count(op, PLUGIN, counter)
+    routing.count(op, PLUGIN, counter)
 
 
 def _plugin_ran(op, device, args):

@@ -283,3 +283,71 @@ def test_on_the_plugin_token_ids_equal_the_triple(cuda_torch, plugin, engines, r
     require_plugin(library.paths - before, ("qsa_attn",))
     assert torch.equal(from_ids, from_triple)
     assert torch.allclose(drop_in.float(), from_triple.float(), rtol=2e-3, atol=2e-3)
+
+
+# A fork's first calls, in a process that registered nothing: the model's TP4 rank (index heads
+# 4 x 128, attention 6 / 1 heads of 256, gated), c 4, B 512, 16-token pages, two requests.
+FRESH_PROCESS_CALLS = r"""
+import json, types
+import torch
+from sm70ops import library
+from sm70ops.engines import sglang, vllm
+
+c, budget, page, lens, counts = 4, 512, 16, [3001, 700], [40, 9]
+g = torch.Generator(device="cuda").manual_seed(11)
+randn = lambda *s: torch.randn(*s, device="cuda", generator=g).half()
+i32 = lambda v: torch.tensor(v, dtype=torch.int32, device="cuda")
+rows, pages = sum(counts), [-(-n // page) for n in lens]
+perm = torch.randperm(sum(pages), device="cuda", generator=g).to(torch.int32)
+table = torch.stack([torch.nn.functional.pad(p, (0, max(pages) - p.numel()))
+                     for p in perm.split(pages)])
+qsl = i32([0, counts[0], rows])
+positions = i32([lens[0] - counts[0] + i for i in range(counts[0])]
+                + [lens[1] - counts[1] + i for i in range(counts[1])])
+visible = (positions + 1) // c
+q_index, k_index = randn(rows, 4, 128), randn(sum(pages), page // c, 1, 128)
+q, gate = randn(rows, 6, 256), randn(rows, 6, 256)
+k_cache, v_cache = randn(sum(pages), page, 1, 256), randn(sum(pages), page, 1, 256)
+
+groups = torch.full((rows, budget // c), -1, dtype=torch.int32, device="cuda")
+vllm.qsa_select_paged_prefill(q_index, k_index, table, qsl, visible, budget, c, max(counts),
+                              groups, max(lens))
+packed = torch.zeros((rows, budget + c), dtype=torch.int32, device="cuda")
+vllm.expand_qsa_block_indices(groups, positions, visible, c, budget, packed)
+token_to_req = torch.repeat_interleave(torch.arange(2, device="cuda"), i32(counts))
+vllm.qsa_sparse_paged_attention(q, k_cache, v_cache, packed, table, token_to_req, True,
+                                output_gate=gate)
+
+ids = sglang.qsa_topk_indices(q_index, k_index, table, qsl, i32(lens), budget, c, max(lens),
+                              max(counts))
+pool = types.SimpleNamespace(page_size=page, get_key_buffer=lambda _: k_cache.flatten(0, 1),
+                             get_value_buffer=lambda _: v_cache.flatten(0, 1))
+slots = table.repeat_interleave(page, dim=1) * page + torch.arange(
+    table.shape[1] * page, device="cuda", dtype=torch.int32) % page
+batch = types.SimpleNamespace(token_to_kv_pool=pool,
+                              req_to_token_pool=types.SimpleNamespace(req_to_token=slots),
+                              req_pool_indices=torch.arange(2, device="cuda"),
+                              seq_lens=i32(lens), extend_seq_lens=i32(counts))
+layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=6, tp_k_head_num=1, head_dim=256,
+                              v_head_dim=256, scaling=256 ** -0.5)
+sglang.QsaAttnBackend().forward_extend(q.flatten(1), None, None, layer, batch,
+                                       save_kv_cache=False, topk_indices=ids)
+torch.cuda.synchronize()
+print(json.dumps(sorted([op, path, n] for (op, path), n in library.paths.items())))
+"""
+
+
+def test_drop_ins_reach_the_plugin_in_a_fresh_process(cuda_torch, library, require_plugin):
+    """What a fork gets from the one import the README gives: vLLM's three calls and SGLang's
+    two in a new interpreter that registered no context run on the plugin, every one of them
+    (library.py creates the device's context at the first call)."""
+    import json
+    import os
+
+    done = subprocess.run([sys.executable, "-c", FRESH_PROCESS_CALLS], capture_output=True,
+                          text=True, timeout=600,
+                          env=dict(os.environ, SM70OPS_LIBRARY=library, **package_env()))
+    assert done.returncode == 0, done.stderr
+    paths = {(op, path): n for op, path, n in json.loads(done.stdout.splitlines()[-1])}
+    require_plugin(paths, ("qsa_index", "qsa_attn"))
+    assert paths == {("qsa_index", "plugin"): 2, ("qsa_attn", "plugin"): 2}, done.stderr

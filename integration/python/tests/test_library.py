@@ -223,7 +223,7 @@ def test_each_decision_is_counted_with_its_reason(torch, lib, plugin):
             with lib.using(ctx, scoped):  # this one is asked, and declines CPU tensors
                 _, added = counted(lib, lambda: layer(torch, p))
         finally:
-            lib.unregister_context(ctx.device)
+            lib.reset_context(ctx.device)
             if previous is not None:
                 lib.register_context(previous)
     assert unrouted == {(op, lib.NO_CONTEXT): 1 for op in OPS}
@@ -245,6 +245,49 @@ def test_int64_metadata_falls_back_instead_of_raising(torch, lib, plugin):
                      ("nvfp4_moe", "generic: INVALID_ARGUMENT"): 1}
 
 
+@pytest.fixture
+def fresh_routing():
+    """routing.py as a new process has it (no context for any device, no fallback logged yet);
+    what the test changed is undone after it."""
+    from sm70ops import routing
+
+    saved = dict(routing._contexts), dict(routing._no_context), set(routing._logged)
+    routing.reset_context()
+    routing._logged.clear()
+    yield routing
+    routing.reset_context()
+    routing._contexts.update(saved[0])
+    routing._no_context.update(saved[1])
+    routing._logged.clear()
+    routing._logged.update(saved[2])
+
+
+def test_a_call_on_a_cuda_device_creates_its_context_and_logs_the_fallback_once(
+        torch, lib, fresh_routing, library, caplog, monkeypatch):
+    """The decision of a qsa_attn call routed to CUDA device 0 with no context registered: the
+    first call creates the plugin's context, which declines (CPU tensors, or no device on this
+    machine), the reason is counted and logged once for two calls."""
+    from sm70ops import ops
+
+    monkeypatch.setenv("SM70OPS_LIBRARY", library)
+    p = Problem(torch, "cpu")
+    sel = torch.ops.sm70ops.qsa_index(*p.args("qsa_index"))
+    q, k, v, qsl, seq_lens, table, blocks, mask, count, scale, max_l, max_t, gate = p.args(
+        "qsa_attn", sel)
+    args = ops.qsa_attn(q, k, v, qsl, seq_lens, table, blocks, mask, count, torch.empty_like(q),
+                        sm_scale=scale, max_seq_len=max_l, max_query_len=max_t, gate=gate)
+    before = collections.Counter(lib.paths)
+    assert lib._accepted("qsa_attn", torch.device("cuda", 0), args) is None
+    created = fresh_routing._contexts[0]
+    assert lib._accepted("qsa_attn", torch.device("cuda", 0), args) is None
+    assert created is not None and fresh_routing._contexts[0] is created
+    (path, calls), = (lib.paths - before).items()
+    assert calls == 2 and path[0] == "qsa_attn"
+    assert path[1] in ("generic: NO_DEVICE", "generic: INVALID_ARGUMENT")
+    warned = [r.getMessage() for r in caplog.records if "falls back" in r.getMessage()]
+    assert len(warned) == 1 and f"({path[1][len('generic: '):]}): " in warned[0]
+
+
 # CUDA: the plugin path -------------------------------------------------------------------------
 
 
@@ -258,7 +301,7 @@ def gpu(cuda_torch, plugin, lib):
         lib.register_context(ctx)
         yield Problem(cuda_torch, "cuda", rows=(129, 128), seq_lens=(3001, 2000), topk=512,
                       dim=256, moe=(16, 10, 256, 160))
-        lib.unregister_context(device)
+        lib.reset_context(device)
 
 
 @pytest.mark.parametrize("op", OPS)
