@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the sm70ops wheel: dist/sm70ops-VERSION-py3-none-PLATFORM.whl, where PLATFORM is the
-# manylinux tag auditwheel confirms for the two plugins (never written by hand). Inside:
+# manylinux tag auditwheel confirms for the two plugins (never written by hand): manylinux_2_17
+# here, the static cudart's calls bound to glibc's versions before 2.34 (tools/glibc_compat.bzl);
+# tools/wheel_test.sh fails one newer than manylinux_2_28. Inside:
 #   sm70ops/                    the Python package (integration/python/sm70ops), the console
 #                               script `sm70ops` (info, check, ...) and the extra [torch]
 #   sm70ops/lib/v100/           the V100 release plugin: bazel build --config=sm70 (CUDA 11.8,

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The wheel as a user gets it: tools/wheel.sh builds it, pip installs it into a fresh virtual
-# environment, and from there, outside the source tree:
+# The wheel as a user gets it: tools/wheel.sh builds it, with a platform tag no newer than
+# manylinux_2_28 (V100 clusters run RHEL 8, glibc 2.28; PyTorch's wheels ask the same), pip
+# installs it into a fresh virtual environment, and from there, outside the source tree:
 #   sm70ops info                 the bundled plugin that fits this machine loads
 #   sm70ops check --cc 70        every op of the model's plan accepted for a V100 (48 of 48)
 #   the Python suite (integration/python/tests) against the installed package and its bundled
 #   plugin (SM70OPS_TEST_INSTALLED=1): the tests that need torch or a GPU skip where these are
 #   missing, and run where they are (the environment sees the system's site packages)
 # Ends with "wheel: N passed, N failed, N skipped" (tools/test.sh adds it to its total): the
-# suite's cases and one case each for the build, the install, info and check. Logs under
+# suite's cases and one case each for the build, the tag, the install, info and check. Logs under
 # /tmp/sm70ops-wheel-test/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,19 @@ finish() {
   echo "wheel: $passed passed, $failed failed, $skipped skipped"
   exit $((failed > 0))
 }
+# A tag newer than manylinux_2_28 means a plugin calls glibc at a version above 2.28: the
+# build log's auditwheel report names the symbols, tools/glibc_compat.bzl binds such calls.
+check_tag() { # WHEEL
+  local platform major minor
+  platform=$(grep -oE 'manylinux_[0-9]+_[0-9]+' <<<"$1")
+  IFS=_ read -r _ major minor <<<"$platform"
+  if [ -n "$platform" ] && ((major < 2 || (major == 2 && minor <= 28))); then
+    pass "platform tag $platform, no newer than manylinux_2_28"
+  else
+    fail "platform tag ${platform:-none} is newer than manylinux_2_28 (RHEL 8, glibc 2.28)" \
+      "auditwheel's report in $out/build.log for the symbols"
+  fi
+}
 
 if bash tools/wheel.sh >"$out/build.log" 2>&1; then
   wheel=$(tail -n 1 "$out/build.log")
@@ -29,6 +43,7 @@ else
   fail "tools/wheel.sh" "$out/build.log"
   finish
 fi
+check_tag "$wheel"
 venv=$out/venv
 if python3 -m venv --system-site-packages "$venv" >"$out/install.log" 2>&1 &&
   "$venv/bin/python" -m pip install --no-deps "$repo/$wheel" >>"$out/install.log" 2>&1; then
