@@ -29,14 +29,20 @@ class Ceiling:
 CEILINGS = (
     Ceiling(90, "H200", 645.0, 3.97, "measured on the device machine: WMMA 16x16x16 fp16->fp32, "
             "copy kernel (toolchain notes)"),
+    Ceiling(90, "H100", 645.0, 2.97, "the H200's WMMA rate (the same GH100 SMs and clocks); copy "
+            "measured on the device machine by bench qsa_attn"),
     Ceiling(70, "V100-SXM2", 125.0, 0.85, "fp16 tensor peak; HBM2 bandwidth reached (toolchain "
             "notes)"),
 )
 
 
-def ceiling_for(compute_capability):
-    """The Ceiling of compute capability 90, 70, ..., or None."""
-    return next((c for c in CEILINGS if c.compute_capability == compute_capability), None)
+def ceiling_for(compute_capability, name=""):
+    """The Ceiling of a device of compute capability 90, 70, ...; where several devices have
+    it, the one the device's `name` names. None when there is none."""
+    same = [c for c in CEILINGS if c.compute_capability == compute_capability]
+    if len(same) > 1:
+        same = [c for c in same if c.device in name]
+    return same[0] if same else None
 
 
 V100 = ceiling_for(70)
@@ -90,7 +96,7 @@ def floor_columns(ceiling):
 def device_ceiling(torch, device):
     """The Ceiling of a CUDA device, or None."""
     major, minor = torch.cuda.get_device_capability(device)
-    return ceiling_for(major * 10 + minor)
+    return ceiling_for(major * 10 + minor, torch.cuda.get_device_name(device))
 
 
 def ceilings_line(ceiling):

@@ -9,13 +9,15 @@ import pytest
 from sm70ops import bench, bench_attn, bench_index, bench_moe, model
 from sm70ops.bench import V100, Work, ceiling_for, floor_cells, floor_ms
 
-H200 = ceiling_for(90)
+H200 = ceiling_for(90, "NVIDIA H200")
 
 
 def test_the_ceilings_by_hand():
     """A 4096^3 fp16 GEMM (137.44 GFLOP) takes 1.100 ms at a V100's 125 TFLOP/s and 0.213 ms at
     an H200's 645; a GB read 1.176 ms at 0.85 TB/s and 0.252 ms at 3.97 TB/s."""
     assert (V100.device, H200.device) == ("V100-SXM2", "H200") and ceiling_for(80) is None
+    assert ceiling_for(90, "NVIDIA H100 80GB HBM3").tbytes_s == 2.97
+    assert ceiling_for(90, "NVIDIA H800") is None and ceiling_for(70, "Tesla V100-PCIE") is V100
     gemm, gigabyte = Work(flops=2 * 4096**3), Work(bytes=1e9)
     assert [round(floor_ms(gemm, c), 3) for c in (V100, H200)] == [1.100, 0.213]
     assert [round(floor_ms(gigabyte, c), 3) for c in (V100, H200)] == [1.176, 0.252]

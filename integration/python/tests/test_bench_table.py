@@ -45,7 +45,7 @@ def test_floor_columns_follow_the_checks(capsys):
     for r in rows:
         r.work = Work(flops=64.5e9)
     failed = print_comparison({"prompt": (8, lambda r: r.key)},
-                              {"rel-L2": (8, lambda r: r.err), **floor_columns(ceiling_for(90))},
+                              {"rel-L2": (8, lambda r: r.err), **floor_columns(ceiling_for(90, "NVIDIA H200"))},
                               rows, 2e-3)
     lines = capsys.readouterr().out.splitlines()
     assert failed == 1
