@@ -28,6 +28,7 @@ constexpr int kSortSteps = 4;
 constexpr int kSortWarpPairs = kSortSteps * 32;
 constexpr int kSortPairs = kSortWarps * kSortWarpPairs;
 constexpr int kScanThreads = kMaxExperts;  // one per expert
+constexpr int kScanLoads = 16;             // sort blocks' counts in flight a thread
 
 // ---- Grouped GEMMs (gemm.cu)
 // Sized for the model at T 8192 / E 512 / top-10, where an expert holds 160 rows (T x top-k / E;
