@@ -40,6 +40,8 @@ enum class Routing {
   kDuplicates,  // skewed, and the last slot of every token repeats the expert of its first
   kEven,        // every expert takes exactly T x top-k / E rows (the bench: the model's 160 at
                 // T 8192 / E 512), a token's experts consecutive, tokens in a shuffled order
+  kZipf,        // distinct experts per token, expert r drawn with weight 1 / (r + 1): a few hot
+                // experts hold most rows, a long tail a few each (the bench's skewed case)
 };
 
 // Rows per expert at and around the GEMMs' 16-row fragments and 160-row M tiles (kernels/
@@ -63,6 +65,7 @@ struct Case {
   int ids_row_pad = 0;       // extra entries between rows of topk_ids and topk_weights
   bool from_floats = false;  // weights through the ModelOpt quantizer instead of random codes
   bool graph = false;        // also capture execute in a CUDA graph
+  int model_tokens = 8192;   // SimBench: the T of the whole op the case's time projects to
 };
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
@@ -205,11 +208,34 @@ void RouteEven(const Case &c, std::mt19937 &rng, Inputs &in) {
   in.ref_ids = in.ids, in.ref_weights = in.weights;
 }
 
+// Each token's top-k distinct experts by weighted sampling without replacement: the k largest of
+// u^(1/w) over the experts (Efraimidis-Spirakis), w = 1 / (r + 1) for expert r. Experts come in
+// groups of kZipfGroup (one group below 2 x kZipfGroup), token t drawing from group t % groups:
+// four times the experts and tokens route four times the same pattern (the bench's full runs).
+constexpr int kZipfGroup = 40;
+
+void RouteZipf(const Case &c, std::mt19937 &rng, Inputs &in) {
+  const int groups = std::max(1, c.experts / kZipfGroup), width = c.experts / groups;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<std::pair<double, int32_t>> keys(width);
+  for (int t = 0; t < c.tokens; ++t) {
+    for (int r = 0; r < width; ++r) keys[r] = {std::pow(uniform(rng), r + 1.0), r};
+    std::partial_sort(keys.begin(), keys.begin() + c.topk, keys.end(), std::greater<>());
+    const std::vector<float> w = RouterWeights(c.topk, rng);
+    for (int j = 0; j < c.topk; ++j) {
+      in.ids.push_back(t % groups * width + keys[j].second);
+      in.weights.push_back(w[j]);
+    }
+  }
+  in.ref_ids = in.ids, in.ref_weights = in.weights;
+}
+
 // Distinct experts per token drawn from [first, last), slot 0 of even tokens pinned to expert 0
 // when skewed.
 void Route(const Case &c, std::mt19937 &rng, Inputs &in) {
   if (c.routing == Routing::kTileEdges) return RouteTileEdges(c, rng, in);
   if (c.routing == Routing::kEven) return RouteEven(c, rng, in);
+  if (c.routing == Routing::kZipf) return RouteZipf(c, rng, in);
   const bool skewed = c.routing != Routing::kUniform;
   const int last = skewed ? std::max(c.topk + 1, c.experts * 2 / 3) : c.experts;
   std::vector<int32_t> pool(last);
@@ -498,6 +524,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tp1_t64_skewed", 64, 32, 8, 2560, 640, Routing::kSkewed},
         // Whole and split 160-row M tiles (>= 60 rows per expert on average).
         Case{"tp4_t1000_skewed", 1000, 32, 4, 2560, 160, Routing::kSkewed, 8},
+        Case{"tp4_t512_zipf", 512, 64, 10, 2560, 160, Routing::kZipf},
         Case{"tp1_t999", 999, 16, 2, 2560, 640},
         Case{"tp8_t501_duplicates", 501, 16, 4, 2560, 80, Routing::kDuplicates},
         // Odd multiples of 16: I 208 and 112 (checkpoint w2 rows of 104 and 56 bytes, a last K
@@ -533,6 +560,7 @@ INSTANTIATE_TEST_SUITE_P(
     Sim, SM70_Nvfp4Moe,
     ::testing::Values(Case{"h272_i80_skewed_strided", 11, 16, 4, 272, 80, Routing::kSkewed, 8, 1},
                       Case{"i160_duplicates", 13, 8, 2, 256, 160, Routing::kDuplicates},
+                      Case{"i160_zipf", 12, 16, 6, 128, 160, Routing::kZipf},
                       Case{"i112_invalid_ids", 9, 12, 4, 256, 112, Routing::kInvalid, 0, 2},
                       Case{"tile_edges_h80_i48", kTileEdgeTokens, 2 * kTileEdgeExperts, 2, 80, 48,
                            Routing::kTileEdges},
@@ -540,25 +568,25 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 // ---- The simulated V100's bench (tools/sim_bench.sh runs the SimBench cases in timing mode):
-// the model's ranks (H 2560, top-10), prepared weights, every expert 160 rows as at T 8192 / E 512
-// (one M tile), enough experts that the gate/up GEMM fills the SMs simulated with at least one
-// wave (one block an SM; 2 N tiles an expert at I 160, 8 at I 640): 40 on a whole V100, 10 on a
-// quarter (top-10 needs 10). Op 3 once, timed; the output rows of a sample of tokens against the
-// reference.
-constexpr int kModelTokens = 8192;  // the projection's T (and E 512): 160 rows an expert
+// the model's ranks (H 2560, top-10), prepared weights, every expert T x 10 / 512 rows as in a
+// prefill chunk of T tokens (160 at T 8192: one M tile; 640 at T 32768: four), enough experts
+// that the gate/up GEMM fills the SMs simulated with at least one wave (one block an SM; 2 N
+// tiles an M tile at I 160, 8 at I 640): 40 on a whole V100, 10 on a quarter (top-10 needs 10).
+// The skewed case routes the same pairs as T 8192's over 40 experts by Zipf's law. Op 3 once,
+// timed; the output rows of a sample of tokens against the reference.
 constexpr int kSampledTokens = 48;
 
 // Useful FLOPs and compulsory bytes of one execute on prepared weights: the routed pairs' three
 // products, each prepared weight byte (payload and scales) once, x and out once, the routing.
 struct Work {
-  double flops, bytes, scale;  // scale: the projection's T over the case's
+  double flops, bytes, scale;  // scale: the whole op's routed pairs over the case's
 };
 
 Work MoeWork(const Case &c) {
   const double pairs = double(c.tokens) * c.topk, weights = 3.0 * c.inter * c.hidden * c.experts;
   const double flops = 2 * pairs * 3.0 * c.inter * c.hidden;
   const double bytes = weights / 2 + weights / 16 + 4.0 * c.tokens * c.hidden + 8 * pairs;
-  return {flops, bytes, double(kModelTokens) / c.tokens};
+  return {flops, bytes, double(c.model_tokens) / c.tokens};
 }
 
 class SM70_Nvfp4MoeBench : public ::testing::TestWithParam<Case> {};
@@ -571,8 +599,8 @@ TEST_P(SM70_Nvfp4MoeBench, PreparedOnce) {
   const Inputs in = MakeInputs(c, uint32_t(std::hash<std::string>{}(c.name)));
   Device dev(c, in);
   const Work work = MoeWork(c);
-  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale,
-                            "T 8192, E 512, per layer and rank");
+  const std::string whole = "T " + std::to_string(c.model_tokens) + ", E 512, per layer and rank";
+  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, 1, whole.c_str());
   const std::vector<uint16_t> out = RunPrepared(plugin, dev, true);
   ASSERT_FALSE(out.empty());
   std::vector<int> sample;
@@ -591,14 +619,22 @@ TEST_P(SM70_Nvfp4MoeBench, PreparedOnce) {
                              "rel-L2 " + std::to_string(e.rel_l2));
 }
 
-INSTANTIATE_TEST_SUITE_P(SimBench, SM70_Nvfp4MoeBench,
-                         ::testing::Values(Case{"tp4_e40", 640, 40, 10, 2560, 160, Routing::kEven},
-                                           Case{"tp1_e16", 256, 16, 10, 2560, 640, Routing::kEven},
-                                           Case{"tp4_e10", 160, 10, 10, 2560, 160, Routing::kEven},
-                                           Case{"tp1_e10", 160, 10, 10, 2560, 640, Routing::kEven}),
-                         [](const ::testing::TestParamInfo<Case> &info) {
-                           return info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    SimBench, SM70_Nvfp4MoeBench,
+    ::testing::Values(
+        Case{"tp4_e10", 160, 10, 10, 2560, 160, Routing::kEven},
+        Case{"tp1_e10", 160, 10, 10, 2560, 640, Routing::kEven},
+        Case{"tp4_t32k", 640, 10, 10, 2560, 160, Routing::kEven, 0, 0, false, false, 32768},
+        Case{"tp1_t32k", 640, 10, 10, 2560, 640, Routing::kEven, 0, 0, false, false, 32768},
+        Case{"tp4_zipf", 160, 40, 10, 2560, 160, Routing::kZipf},
+        // The full runs of the quarter's cases (tools/sim_bench.py --validate): four times the
+        // experts (and the tokens that keep each one's rows) on the whole V100.
+        Case{"tp4_e40", 640, 40, 10, 2560, 160, Routing::kEven},
+        Case{"tp1_e40", 640, 40, 10, 2560, 640, Routing::kEven},
+        Case{"tp4_t32k_e40", 2560, 40, 10, 2560, 160, Routing::kEven, 0, 0, false, false, 32768},
+        Case{"tp1_t32k_e40", 2560, 40, 10, 2560, 640, Routing::kEven, 0, 0, false, false, 32768},
+        Case{"tp4_zipf_e160", 640, 160, 10, 2560, 160, Routing::kZipf}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace
 }  // namespace sm70ops_gpu

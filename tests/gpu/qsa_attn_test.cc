@@ -567,7 +567,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- The simulated V100's bench (tools/sim_bench.sh runs the SimBench cases in timing mode):
 // the model's TP4 rank (6 query heads, 1 KV head, D 256, gated), the last 320 rows of a 128K and
-// an 8K prompt (a wave of row tiles on a quarter V100: 20 tiles of 16 rows, one an SM), token sets
+// an 8K prompt (a wave of row tiles on a quarter V100: 20 tiles of 16 rows, one an SM; 1280 rows
+// on the whole V100 for the full runs that check the quarter's projection), token sets
 // as bench_attn draws them (kRuns) or growing faster (kModel). One timed execute; a sample of rows
 // against the reference.
 constexpr int kSampledRows = 24;
@@ -677,7 +678,9 @@ TEST_P(SM70_QsaAttnBench, Once) {
   const Work work = AttnWork(c, in, prompt);
   const std::string whole =
       "the whole " + std::to_string(prompt) + "-token prompt, per layer and rank";
-  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, whole.c_str());
+  // The prompt runs in chunks of sm70ops_bench::kPrefillChunk rows, a call each.
+  const int calls = (prompt + sm70ops_bench::kPrefillChunk - 1) / sm70ops_bench::kPrefillChunk;
+  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, calls, whole.c_str());
   AttnRun run(c, in, ScaleOf(c));
   ASSERT_TRUE(run.Accepted(plugin));
   run.Poison(nullptr);
@@ -716,7 +719,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"p64_128k", {{320, 131072}}, 6, 1, 256, 64, 2048, Pick::kRuns, true},
         Case{"p16_128k", {{320, 131072}}, 6, 1, 256, 16, 2048, Pick::kRuns, true},
         Case{"p64_8k", {{320, 8192}}, 6, 1, 256, 64, 2048, Pick::kRuns, true},
-        Case{"p64_128k_growing", {{320, 131072}}, 6, 1, 256, 64, 2048, Pick::kModel, true}),
+        Case{"p64_128k_growing", {{320, 131072}}, 6, 1, 256, 64, 2048, Pick::kModel, true},
+        // Their full runs (tools/sim_bench.py --validate): 80 tiles, one an SM of a whole V100.
+        Case{"p64_128k_whole", {{1280, 131072}}, 6, 1, 256, 64, 2048, Pick::kRuns, true},
+        Case{"p16_128k_whole", {{1280, 131072}}, 6, 1, 256, 16, 2048, Pick::kRuns, true},
+        Case{"p64_8k_whole", {{1280, 8192}}, 6, 1, 256, 64, 2048, Pick::kRuns, true},
+        Case{"p64_128k_growing_whole", {{1280, 131072}}, 6, 1, 256, 64, 2048, Pick::kModel, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 }  // namespace

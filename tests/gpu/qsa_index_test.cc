@@ -620,7 +620,10 @@ TEST_P(SM70_QsaIndexBench, Once) {
   const Work work = IndexWork(c, in);
   const std::string whole =
       "the whole " + std::to_string(in.max_seq_len) + "-token prefill, per layer";
-  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, whole.c_str());
+  // The prefill runs in chunks of sm70ops_bench::kPrefillChunk rows, a call each.
+  const int calls =
+      (in.max_seq_len + sm70ops_bench::kPrefillChunk - 1) / sm70ops_bench::kPrefillChunk;
+  sm70ops_bench::ReportWork(work.flops, work.bytes, work.scale, calls, whole.c_str());
   IndexRun run(c, in);
   ASSERT_TRUE(run.Accepted(plugin));
   run.Poison(nullptr);

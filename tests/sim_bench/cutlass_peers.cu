@@ -224,7 +224,7 @@ int RunGemm(const char *config_name, int m, int n, int k) {
       m, n, k, config_name, Cfg::kTileRows, Cfg::kTileCols, Cfg::kWarps,
       TileCount(m, n, Cfg::kTileRows, Cfg::kTileCols));
   sm70ops_bench::ReportWork(2.0 * m * n * k, 2.0 * (double(m) * k + double(n) * k + double(m) * n),
-                            0, "calibration");
+                            0, 0, "calibration");
 
   sm70ops_bench::BeginTimed();
   CHECK_CUTLASS(gemm.run());
@@ -348,7 +348,9 @@ int RunGrouped(const char *config_name, int experts, int rows, int h, int inter)
   const double e = experts, r = rows, hh = h, i = inter;
   const double flops = 2 * e * r * (2 * i * hh + i * hh);
   const double bytes = 2 * (e * 3 * i * hh + e * r * (hh + 2 * i) + e * r * (i + hh));
-  sm70ops_bench::ReportWork(flops, bytes, 512.0 / experts, "T 8192, E 512, per layer and rank");
+  // Every expert takes T x 10 / 512 rows of a chunk of T tokens (160 at T 8192).
+  const std::string whole = "T " + std::to_string(rows * 512 / 10) + ", E 512, per layer and rank";
+  sm70ops_bench::ReportWork(flops, bytes, 512.0 / experts, 1, whole.c_str());
 
   sm70ops_bench::BeginTimed();
   CHECK_CUTLASS(gate_up.gemm.run());
