@@ -386,7 +386,9 @@ def run_case(case, mode, bin_dir, log_dir, progress):
     if not case.is_peer:  # the simulator takes the PTX of one file: the plugin the test dlopens
         plugin = os.path.join(bin_dir, "libsm70ops.so")
         env.update(SM70OPS_LIBRARY=plugin, PYTORCH_BIN=plugin)
-    opts = [env.get("V100SIM_OPTS", "")]
+    # The per-PTX-line statistics feed only a file in run.sh's scratch directory, which it
+    # deletes; off, they cost nothing (tools/v100sim/speed.patch) and no statistic moves.
+    opts = ["-enable_ptx_file_line_stats 0", env.get("V100SIM_OPTS", "")]
     if case.slice == 4:  # IPOLY, as the whole V100: 8 channels x 2 L2 banks is one of its sizes
         opts.append("-gpgpu_memory_partition_indexing 2")
     if mode.sampled and case.sample_waves:

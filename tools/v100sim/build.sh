@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The simulated V100 the bench runs (tools/sim_bench.sh): ../shared/tools/v100sim's simulator, the
 # same source tarball and patches built the same way as its setup.sh does, plus this folder's
-# patches (sample-waves.patch: -v100sim_sample_waves; each patch's header says what it changes
-# and why). With none of their options set it prints what the shared build prints, statistic for
-# statistic (tools/sim_bench.sh --same-answers checks it).
+# patches (sample-waves.patch: -v100sim_sample_waves; speed.patch: the same simulation in less CPU
+# time; each patch's header says what it changes and why). With no sampling option set it prints
+# what the shared build prints, statistic for statistic (tools/sim_bench.sh --same-answers checks
+# it).
 #   bash tools/v100sim/build.sh    once per source, patch and script version (about 2.5 minutes
 #                                  on two cores); prints "v100sim (sm70ops) ready: PREFIX=..."
 # Needs the shared build first (its setup.sh): its fake CUDA directory and config are reused.
