@@ -645,12 +645,26 @@ def prefill_table(results):
     return _columns(out) + "\n" + notes
 
 
+def last_cpu(log):
+    """The CPU seconds the run that left `log` took (run_case's last line), 0 if none did."""
+    try:
+        with open(log, errors="replace") as f:
+            found = re.findall(r"^sim_bench_run: .* cpu=(\d+)$", f.read(), re.M)
+    except OSError:
+        return 0
+    return int(found[-1]) if found else 0
+
+
 def simulate(cases, mode, args):
-    """Runs `cases` in `mode`, args.jobs at a time, with progress lines; their Results."""
+    """Runs `cases` in `mode`, args.jobs at a time, with progress lines; their Results, in the
+    cases' order. The longest start first, as their last runs in args.logs took (cases never run
+    there keep their order, after those): a long case started last would run alone at the end."""
     progress = Progress(len(cases), args.every)
+    order = sorted(cases, key=lambda c: -last_cpu(mode.log(args.logs, c)))
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda c: run_case(c, mode, args.bin, args.logs, progress),
-                                cases))
+        running = {c.key: pool.submit(run_case, c, mode, args.bin, args.logs, progress)
+                   for c in order}
+        results = [running[c.key].result() for c in cases]
     progress.stop.set()
     return results
 
