@@ -9,8 +9,8 @@
 # its peers). Sets up the simulator (../shared/tools/v100sim and this project's build of it,
 # tools/v100sim) and CUTLASS's headers, builds the --config=sim plugin, GPU tests and peers, then
 # runs the cases two at a time with a progress line a minute, each sampled as its Case says:
-# about two hours for every case on two cores (docs/performance.md, "The instrument"); --cases
-# runs some, --report reads the logs they left.
+# about two hours for every case on two cores, measured (docs/performance.md, "The instrument");
+# --cases runs some, --report reads the logs they left.
 # Prints the table, a `sim_bench: OP CASE floor_share=F v100_ms=M` line a case, the prefill table,
 # the wall time, draws docs/sim_bench_roofline.png and ends with "N passed, N failed". Logs under
 # /tmp/sm70ops-sim-bench/.

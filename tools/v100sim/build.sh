@@ -24,8 +24,11 @@ if [ -f "$prefix/stamp" ] && [ "$(cat "$prefix/stamp")" = "$stamp" ]; then
   exit 0
 fi
 
-src=$prefix/build
-rm -rf "$prefix" && mkdir -p "$src" "$prefix/lib"
+# Built beside the prefix and moved into place at the end: a simulator running from the old
+# build (a bench's case) keeps it, and a failed build leaves the old one as it was.
+next=$prefix.next
+src=$next/build
+rm -rf "$next" && mkdir -p "$src" "$next/lib"
 tar -xzf "$sim"/gpgpu-sim-*.tar.gz -C "$src"
 for p in "$sim"/patches/*.patch "$here"/*.patch; do
   patch -d "$src" -p1 -s --no-backup-if-mismatch <"$p"
@@ -33,15 +36,18 @@ done
 # As the shared setup.sh: a git tree for the build string, nvcc 11.8's g++ first on PATH.
 (cd "$src" && git init -q && git add -A &&
   git -c user.email=v100sim@localhost -c user.name=v100sim commit -qm "gpgpu-sim $stamp")
-log "building (make -j$(nproc), log: $prefix/build.log)"
+log "building (make -j$(nproc), log: $next/build.log)"
 (cd "$src" && export CUDA_INSTALL_PATH=$shared/cuda PATH=/usr/lib/nvidia-cuda-toolkit/bin:/usr/bin:/bin &&
   set +eu && source ./setup_environment release >/dev/null && set -eu &&
-  nice -n 10 make -j"$(nproc)" >"$prefix/build.log" 2>&1) ||
-  { tail -n 30 "$prefix/build.log" >&2; log "build failed: $prefix/build.log"; exit 1; }
-cp "$(ls "$src"/lib/*/*/release/libcudart.so)" "$prefix/lib/libcudart.so"
-for v in 11.0 10.0 10.1 9.0 9.1 9.2; do ln -sfn libcudart.so "$prefix/lib/libcudart.so.$v"; done
-ln -sfn "$shared/cuda" "$prefix/cuda"
-ln -sfn "$shared/config" "$prefix/config"
+  nice -n 10 make -j"$(nproc)" >"$next/build.log" 2>&1) ||
+  { tail -n 30 "$next/build.log" >&2; log "build failed: $next/build.log"; exit 1; }
+cp "$(ls "$src"/lib/*/*/release/libcudart.so)" "$next/lib/libcudart.so"
+for v in 11.0 10.0 10.1 9.0 9.1 9.2; do ln -sfn libcudart.so "$next/lib/libcudart.so.$v"; done
+ln -sfn "$shared/cuda" "$next/cuda"
+ln -sfn "$shared/config" "$next/config"
 rm -rf "$src"
-echo "$stamp" >"$prefix/stamp"
+echo "$stamp" >"$next/stamp"
+rm -rf "$prefix.old"
+if [ -e "$prefix" ]; then mv "$prefix" "$prefix.old"; fi
+mv "$next" "$prefix" && rm -rf "$prefix.old"
 echo "v100sim (sm70ops) ready: PREFIX=$prefix (stamp $stamp)"
