@@ -32,7 +32,6 @@ whole prompt on one TP4 rank, beside the seed's published times. A case passes w
 end, exited 0 and its check passed. The run ends with "N passed, N failed".
 """
 import argparse
-import concurrent.futures
 import dataclasses
 import os
 import re
@@ -658,15 +657,49 @@ def last_cpu(log):
 def simulate(cases, mode, args):
     """Runs `cases` in `mode`, args.jobs at a time, with progress lines; their Results, in the
     cases' order. The longest start first, as their last runs in args.logs took (cases never run
-    there keep their order, after those): a long case started last would run alone at the end."""
+    there keep their order, after those): a long case started last would run alone at the end.
+    At most one case on the whole V100 runs at a time: an index case there holds 15-21 GB of
+    host memory, and two of them exceed this machine's 24 (the kernel's out-of-memory killer
+    stopped both)."""
     progress = Progress(len(cases), args.every)
-    order = sorted(cases, key=lambda c: -last_cpu(mode.log(args.logs, c)))
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        running = {c.key: pool.submit(run_case, c, mode, args.bin, args.logs, progress)
-                   for c in order}
-        results = [running[c.key].result() for c in cases]
+    pending = sorted(cases, key=lambda c: -last_cpu(mode.log(args.logs, c)))
+    running, results, errors = [], {}, []
+    changed = threading.Condition()
+
+    def worker():
+        while True:
+            with changed:
+                while pending and (case := next_case(pending, running)) is None:
+                    changed.wait()
+                if not pending:
+                    return
+                pending.remove(case)
+                running.append(case)
+            try:
+                results[case.key] = run_case(case, mode, args.bin, args.logs, progress)
+            except BaseException as e:  # re-raised below, once the other cases have ended
+                errors.append(e)
+            finally:
+                with changed:
+                    running.remove(case)
+                    changed.notify_all()
+
+    workers = [threading.Thread(target=worker) for _ in range(max(args.jobs, 1))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
     progress.stop.set()
-    return results
+    if errors:
+        raise errors[0]
+    return [results[c.key] for c in cases]
+
+
+def next_case(pending, running):
+    """The first of `pending` that may start beside `running`: any case but a second one on the
+    whole V100; None when only those wait."""
+    whole_running = any(c.slice == 1 for c in running)
+    return next((c for c in pending if not (whole_running and c.slice == 1)), None)
 
 
 def report(results, args, everything):
