@@ -8,11 +8,12 @@ namespace sm70ops {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-__device__ __forceinline__ int warp_inclusive_scan(int value) {
+template <class T>
+__device__ __forceinline__ T warp_inclusive_scan(T value) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int offset = 1; offset < 32; offset <<= 1) {
-    int other = __shfl_up_sync(kFullMask, value, offset);
+    const T other = __shfl_up_sync(kFullMask, value, offset);
     if (lane >= offset) value += other;
   }
   return value;
@@ -32,25 +33,27 @@ __device__ __forceinline__ T warp_reserve(T *counter, unsigned group) {
          static_cast<T>(__popc(group & ((1u << lane) - 1)));
 }
 
-// Returns the sum of `value` over the threads before this one; *total gets the block's sum.
-// `scratch` holds kThreads / 32 + 1 ints of shared memory. Every thread of the block must call it.
-template <int kThreads>
-__device__ __forceinline__ int block_exclusive_scan(int value, int *scratch, int *total) {
+// Returns the sum of `v` (as a T, scratch's type) over the threads before this one; *total gets
+// the block's sum. `scratch` holds kThreads / 32 + 1 values of shared memory. Every thread of the
+// block must call it.
+template <int kThreads, class T, class V>
+__device__ __forceinline__ T block_exclusive_scan(V v, T *scratch, T *total) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int inclusive = warp_inclusive_scan(value);
+  const T value = v;
+  const T inclusive = warp_inclusive_scan(value);
   if (lane == 31) scratch[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
-    int warp_sum = lane < kWarps ? scratch[lane] : 0;
-    int warp_prefix = warp_inclusive_scan(warp_sum);
+    const T warp_sum = lane < kWarps ? scratch[lane] : T(0);
+    const T warp_prefix = warp_inclusive_scan(warp_sum);
     if (lane < kWarps) scratch[lane] = warp_prefix - warp_sum;
     if (lane == kWarps - 1) scratch[kWarps] = warp_prefix;
   }
   __syncthreads();
-  const int result = scratch[warp] + inclusive - value;
+  const T result = scratch[warp] + inclusive - value;
   *total = scratch[kWarps];
   __syncthreads();  // scratch is reused by the next call
   return result;

@@ -195,6 +195,12 @@ __device__ __forceinline__ Step next_step(const Operand &b, Step at, int ahead) 
   return at;
 }
 
+// The buffer of step `at`: the walk's steps before it, mod 2 (gate/up walks one N tile).
+template <Gemm kKind>
+__device__ __forceinline__ int step_buffer(const Operand &b, const GemmSmem &s, Step at) {
+  return (at.kt + (kKind == Gemm::kDown ? (at.nt - s.first_nt) * b.k_tiles : 0)) & 1;
+}
+
 // Whether step `at` is one of the walk's.
 template <Gemm kKind>
 __device__ __forceinline__ bool in_walk(const Operand &b, const GemmSmem &s, Step at) {
@@ -407,6 +413,27 @@ __device__ void load_rows(const Params &p, const Pass &pass, const Workspace &w,
   s.row_scale[row] = scale;
 }
 
+// The K steps of N tile nt into `acc` (zeroed here: once a tile, where a test of the K step
+// inside the walk cost 40 selects a step). Whether this warp's column of the tile holds weights.
+template <Gemm kKind>
+__device__ __forceinline__ bool walk_n_tile(const Operand &b, const uint8_t *first, Staged &staged,
+                                            GemmSmem &s, int nt, bool whole, WarpAcc &acc) {
+#pragma unroll
+  for (int fm = 0; fm < kWarpFragsM; ++fm) wmma::fill_fragment(acc[fm], 0.0f);
+  const bool has_weights = warp_has_weights<kKind>(b, nt);
+  for (int kt = 0; kt < b.k_tiles; ++kt) {
+    const Step at{nt, kt};
+    const int buf = step_buffer<kKind>(b, s, at);
+    if (whole && held_substeps(b, kt) == kAllSubsteps) {  // no checks: one block to schedule
+      run_step<kKind, false>(b, first, staged, s, at, buf, acc, has_weights);
+    } else {
+      run_step<kKind, true>(b, first, staged, s, at, buf, acc, has_weights);
+    }
+    __syncthreads();  // this buffer is rewritten two steps on, or stages the epilogue
+  }
+  return has_weights;
+}
+
 // One M tile (the table entry `tile`: expert, first sorted position, rows) x the block's N tiles.
 template <Gemm kKind>
 __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w, const Operand &b,
@@ -423,29 +450,16 @@ __device__ void gemm_tile(const Params &p, const Pass &pass, const Workspace &w,
   __syncthreads();
   const bool whole = held_frags_m(tile.z) == kWarpFragsM;
   WarpAcc acc;
-  bool has_weights = false;  // this warp's column of the current N tile holds weights
-  for (Step at = start; in_walk<kKind>(b, s, at); at = next_step<kKind>(b, at, 1)) {
-    // The steps before this one, mod 2 (gate/up walks one N tile).
-    const int buf = (at.kt + (kKind == Gemm::kDown ? (at.nt - s.first_nt) * b.k_tiles : 0)) & 1;
-    if (at.kt == 0) {
-#pragma unroll
-      for (int fm = 0; fm < kWarpFragsM; ++fm) wmma::fill_fragment(acc[fm], 0.0f);
-      has_weights = warp_has_weights<kKind>(b, at.nt);
-    }
-    if (whole && held_substeps(b, at.kt) == kAllSubsteps) {  // no checks: one block to schedule
-      run_step<kKind, false>(b, first, staged, s, at, buf, acc, has_weights);
-    } else {
-      run_step<kKind, true>(b, first, staged, s, at, buf, acc, has_weights);
-    }
-    __syncthreads();  // this buffer is rewritten two steps on, or stages the epilogue
-    if (kKind == Gemm::kDown && at.kt + 1 == b.k_tiles) {  // the epilogue of N tile at.nt
-      if (has_weights) store_partials(p, w, s, acc, at.nt, buf);
-      __syncthreads();  // the next step stages into this buffer
-    }
-  }
-  // Gate/up's epilogue, after its one N tile.
-  if (kKind == Gemm::kGateUp) {
+  if constexpr (kKind == Gemm::kGateUp) {  // one N tile, then its epilogue (both buffers free)
+    const bool has_weights = walk_n_tile<kKind>(b, first, staged, s, s.first_nt, whole, acc);
     store_activation(p, w, b, s, acc, s.first_nt, has_weights);
+  } else {
+    for (int nt = s.first_nt; nt < s.end_nt; ++nt) {
+      if (walk_n_tile<kKind>(b, first, staged, s, nt, whole, acc)) {
+        store_partials(p, w, s, acc, nt, step_buffer<kKind>(b, s, {nt, b.k_tiles - 1}));
+      }
+      __syncthreads();  // the next step stages into the buffer the epilogue used
+    }
   }
 }
 

@@ -2,14 +2,13 @@
 // deterministic order (ascending pair index within an expert):
 //   count    each sort block histograms its 1024 pairs per warp (match-any ranks, no atomics);
 //   scan     one block: per expert, the exclusive prefix of the blocks' counts; the experts'
-//            offsets; the M tiles of every expert in one table (tiling.h), which the GEMMs
-//            index by blockIdx.y;
+//            offsets; the M tiles of every expert in one table, heaviest first (tiling.h),
+//            which the GEMMs index by blockIdx.y;
 //   scatter  each sort block ranks its pairs again and writes them to their sorted positions.
 // Ids outside [0, E) are dropped here: they reach no GEMM, and the combine skips them. Checked
 // mode records the first one (count pass).
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/checked.cuh"
-#include "kernels/common/search.h"
 #include "kernels/nvfp4_moe/nvfp4_moe_internal.cuh"
 
 namespace sm70ops::nvfp4_moe {
@@ -72,22 +71,37 @@ __global__ void __launch_bounds__(kSortWarps * 32)
   }
 }
 
+// The tile table's size classes (tiling.h) are scanned four at a time, as 16-bit fields of one
+// 64-bit value: three block scans, not ten. A class's tiles fit a field: the table holds at most
+// kMaxTableTiles entries.
+constexpr int kClassBits = 16, kClassesPerScan = 4;
+constexpr int kMaxTableTiles = max_m_tiles(kChunkTokens * kMaxTopk, kMaxExperts);
+static_assert(kMaxTableTiles < (1 << kClassBits), "a class's tiles in one field");
+
 struct ScanSmem {
-  int32_t tile_start[kMaxExperts];  // the expert's first tile
-  int32_t offset[kMaxExperts];
-  int32_t count[kMaxExperts];
   int32_t scratch[kScanThreads / 32 + 1];
+  uint64_t classes[kScanThreads / 32 + 1];
 };
 
-// Entry `tile` of the tile table, which holds `total` tiles (experts without tiles share their
-// start with the next expert that has some: the last one at or before `tile` owns it); past
-// `total`, an empty entry.
-__device__ int4 tile_entry(const ScanSmem &s, int experts, int tile, int total) {
-  if (tile >= total) return make_int4(-1, 0, 0, 0);
-  const int owner = last_at_most(s.tile_start, experts, tile);
-  const int count = s.count[owner];
-  const int i = tile - s.tile_start[owner];  // the expert's i-th tile
-  return make_int4(owner, s.offset[owner] + i * m_tile_stride(count), m_tile_rows(count, i), 0);
+// The first table entry of an expert of size class `frags` with `tiles` tiles, in the table's
+// order (tiling.h: heaviest class first, then by expert id). *total gets every expert's tiles.
+__device__ int first_table_entry(int frags, int tiles, ScanSmem &s, int *total) {
+  constexpr uint64_t kField = (1u << kClassBits) - 1;
+  int start = 0;
+  *total = 0;
+  for (int first = kMaxTileFrags; first > 0; first -= kClassesPerScan) {
+    // Field i holds class first - i.
+    const int field = first - frags;
+    const bool here = frags > 0 && field >= 0 && field < kClassesPerScan;
+    uint64_t sums = 0;
+    const uint64_t before = block_exclusive_scan<kScanThreads>(
+        here ? (uint64_t)tiles << (kClassBits * field) : uint64_t(0), s.classes, &sums);
+    for (int i = 0; i < kClassesPerScan && first - i > 0; ++i) {
+      if (here && i == field) start = *total + int(before >> (kClassBits * i) & kField);
+      *total += int(sums >> (kClassBits * i) & kField);
+    }
+  }
+  return start;
 }
 
 __global__ void __launch_bounds__(kScanThreads)
@@ -113,16 +127,15 @@ __global__ void __launch_bounds__(kScanThreads)
   }
   int total = 0, tiles = 0;
   const int offset = block_exclusive_scan<kScanThreads>(count, s.scratch, &total);
-  const int tile_start = block_exclusive_scan<kScanThreads>(m_tiles(count), s.scratch, &tiles);
+  const int start = first_table_entry(m_tile_frags(count), m_tiles(count), s, &tiles);
   if (e < p.experts) {
-    s.tile_start[e] = tile_start;
-    s.offset[e] = offset;
-    s.count[e] = count;
     w.expert_offset[e] = offset;
+    for (int i = 0; i < m_tiles(count); ++i) {
+      w.tiles[start + i] = make_int4(e, offset + i * m_tile_stride(count), m_tile_rows(count, i), 0);
+    }
   }
-  __syncthreads();
-  for (int tile = threadIdx.x; tile < pass.table_size; tile += blockDim.x) {
-    w.tiles[tile] = tile_entry(s, p.experts, tile, tiles);
+  for (int tile = tiles + threadIdx.x; tile < pass.table_size; tile += blockDim.x) {
+    w.tiles[tile] = make_int4(-1, 0, 0, 0);
   }
 }
 

@@ -5,6 +5,7 @@
 // 262144 pairs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -49,6 +50,10 @@ TEST(MoeTiling, TilesCoverEveryCountExactly) {
     EXPECT_EQ(covered, count);
     EXPECT_EQ(int(rows.size()), (count + kTileM - 1) / kTileM) << count;
     EXPECT_EQ(frags, Fragments(count)) << count;  // no fragment more than the rows need
+    // The table's order: an expert's size class is its largest tile's fragments.
+    const int largest = rows.empty() ? 0 : *std::max_element(rows.begin(), rows.end());
+    EXPECT_EQ(m_tile_frags(count), Fragments(largest)) << count;
+    EXPECT_LE(m_tile_frags(count), kMaxTileFrags) << count;
   }
 }
 

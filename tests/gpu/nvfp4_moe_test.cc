@@ -40,8 +40,9 @@ enum class Routing {
   kDuplicates,  // skewed, and the last slot of every token repeats the expert of its first
   kEven,        // every expert takes exactly T x top-k / E rows (the bench: the model's 160 at
                 // T 8192 / E 512), a token's experts consecutive, tokens in a shuffled order
-  kZipf,        // distinct experts per token, expert r drawn with weight 1 / (r + 1): a few hot
-                // experts hold most rows, a long tail a few each (the bench's skewed case)
+  kZipf,        // distinct experts per token, the r-th most popular drawn with weight 1 / (r + 1):
+                // a few hot experts hold most rows, a long tail a few each, the ranks at shuffled
+                // ids (the bench's skewed case)
 };
 
 // Rows per expert at and around the GEMMs' 16-row fragments and 160-row M tiles (kernels/
@@ -209,17 +210,22 @@ void RouteEven(const Case &c, std::mt19937 &rng, Inputs &in) {
 }
 
 // Each token's top-k distinct experts by weighted sampling without replacement: the k largest of
-// u^(1/w) over the experts (Efraimidis-Spirakis), w = 1 / (r + 1) for expert r. Experts come in
-// groups of kZipfGroup (one group below 2 x kZipfGroup), token t drawing from group t % groups:
-// four times the experts and tokens route four times the same pattern (the bench's full runs).
+// u^(1/w) over the experts (Efraimidis-Spirakis), w = 1 / (r + 1) for the expert of rank r.
+// Experts come in groups of kZipfGroup (one group below 2 x kZipfGroup), token t drawing from
+// group t % groups: four times the experts and tokens route four times the same pattern (the
+// bench's full runs). Rank r is expert id_of_rank[r] of its group, a shuffle: a real model's hot
+// experts sit anywhere, and the kernels' work must not depend on their ids.
 constexpr int kZipfGroup = 40;
 
 void RouteZipf(const Case &c, std::mt19937 &rng, Inputs &in) {
   const int groups = std::max(1, c.experts / kZipfGroup), width = c.experts / groups;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<std::pair<double, int32_t>> keys(width);
+  std::vector<int32_t> id_of_rank(width);
+  std::iota(id_of_rank.begin(), id_of_rank.end(), 0);
+  std::shuffle(id_of_rank.begin(), id_of_rank.end(), rng);
   for (int t = 0; t < c.tokens; ++t) {
-    for (int r = 0; r < width; ++r) keys[r] = {std::pow(uniform(rng), r + 1.0), r};
+    for (int r = 0; r < width; ++r) keys[r] = {std::pow(uniform(rng), r + 1.0), id_of_rank[r]};
     std::partial_sort(keys.begin(), keys.begin() + c.topk, keys.end(), std::greater<>());
     const std::vector<float> w = RouterWeights(c.topk, rng);
     for (int j = 0; j < c.topk; ++j) {
