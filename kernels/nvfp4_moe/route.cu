@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(kScanThreads)
   if (e < p.experts) {
     w.expert_offset[e] = offset;
     for (int i = 0; i < m_tiles(count); ++i) {
-      w.tiles[start + i] = make_int4(e, offset + i * m_tile_stride(count), m_tile_rows(count, i), 0);
+      w.tiles[start + i] =
+          make_int4(e, offset + i * m_tile_stride(count), m_tile_rows(count, i), 0);
     }
   }
   for (int tile = tiles + threadIdx.x; tile < pass.table_size; tile += blockDim.x) {
