@@ -124,11 +124,9 @@ def attn(name):
 
 
 def index(name):
-    """On the whole V100, every block timed: on the quarter the 128K filter pass stopped in the
-    simulator's deadlock detector (docs/performance.md, "V100 model"). Sampling misprojects it:
-    its first wave of 1152 short blocks (4.8 waves) starts all at once, and projected by
-    instructions it gave 313.6 K cycles against the 193.7 K of every block timed (iid_128k); at
-    8K (264 blocks, 1.1 waves) it would count the second wave as a tenth of one."""
+    """On the whole V100 (on the quarter the 128K filter pass stopped in the simulator's deadlock
+    detector), every block timed: a projection from the first wave of its short blocks failed
+    its full run's check (docs/performance.md, "The instrument")."""
     return Case("qsa_index", name, *gtest("qsa_index_test", name))
 
 
